@@ -1,0 +1,109 @@
+// FRD softmax + cross-entropy gradient over N_ATOMS return atoms per (batch, horizon) row:
+//   p = softmax(logits[row, :]), ce[row] = -log(max(p[label], 1e-30)),
+//   grad[row, a] = (p[a] - [a == label]) / B; label -1 (return not realised) gives a zero row and
+//   zero loss; a label outside [-1, N_ATOMS) gives NaN in its row and loss (the binding rejects
+//   such labels before launch; the NaN keeps a skipped check from ever producing plausible numbers).
+// Template constants: N_HORIZONS, N_ATOMS and the layout knobs. No atomics: one writer per element.
+#include "heads_common.cuh"
+
+__device__ __forceinline__ bool label_bad(int label) { return label < -1 || label >= N_ATOMS; }
+
+__device__ __forceinline__ float atom_grad(float x, float mx, float sum, int a, int label, float inv_b) {
+    if (label == -1) return 0.f;
+    if (label_bad(label)) return NAN;
+    const float p = expf(x - mx) / sum;
+    return (p - (a == label ? 1.f : 0.f)) * inv_b;
+}
+
+__device__ __forceinline__ float row_ce(float x_label, float mx, float sum, int label) {
+    if (label == -1) return 0.f;
+    if (label_bad(label)) return NAN;
+    return -logf(fmaxf(expf(x_label - mx) / sum, 1e-30f));
+}
+
+#if LAYOUT == 0
+// The original design: grid (B, N_HORIZONS), block (N_ATOMS), thread 0 does the serial max/sum.
+extern "C" __global__ void __launch_bounds__(N_ATOMS)
+frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ labels,
+                    float* __restrict__ grad, float* __restrict__ ce, const int rows, const float inv_b)
+{
+    __shared__ float x[N_ATOMS];
+    __shared__ float stat[2];
+    const int row = blockIdx.x * N_HORIZONS + blockIdx.y;
+    const int a = threadIdx.x;
+    const int label = labels[row];
+    x[a] = logits[(size_t)row * N_ATOMS + a];
+    __syncthreads();
+    if (a == 0) {
+        float mx = x[0];
+        for (int i = 1; i < N_ATOMS; ++i) mx = fmaxf(mx, x[i]);
+        float sum = 0.f;
+        for (int i = 0; i < N_ATOMS; ++i) sum += expf(x[i] - mx);
+        stat[0] = mx;
+        stat[1] = sum;
+    }
+    __syncthreads();
+    grad[(size_t)row * N_ATOMS + a] = atom_grad(x[a], stat[0], stat[1], a, label, inv_b);
+    if (a == 0) ce[row] = row_ce(label_bad(label) || label < 0 ? 0.f : x[label], stat[0], stat[1], label);
+}
+#else
+// Groups of TPR lanes per row, BLOCK/TPR rows per block, butterfly shuffles for max and sum.
+// STAGE=1 first copies the block's contiguous logits into shared memory with coalesced loads and
+// writes the gradient back the same way.
+#define RPB (BLOCK / TPR)
+#define APT ((N_ATOMS + TPR - 1) / TPR)
+extern "C" __global__ void __launch_bounds__(BLOCK)
+frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ labels,
+                    float* __restrict__ grad, float* __restrict__ ce, const int rows, const float inv_b)
+{
+    const int g = threadIdx.x / TPR;
+    const int t = threadIdx.x % TPR;
+    const int row0 = blockIdx.x * RPB;
+    const int row = row0 + g;
+    const bool live = row < rows;  // dead lanes still join the shuffles
+    const int label = live ? labels[row] : -1;
+#if STAGE
+    extern __shared__ float buf[];
+    const int n = min(RPB, rows - row0) * N_ATOMS;
+    const float* src = logits + (size_t)row0 * N_ATOMS;
+    for (int i = threadIdx.x; i < n; i += BLOCK) buf[i] = src[i];
+    __syncthreads();
+    const float* rowx = buf + g * N_ATOMS;
+#else
+    const float* rowx = logits + (size_t)row * N_ATOMS;
+#endif
+    float x[APT];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < APT; ++i) {
+        const int a = t + i * TPR;
+        x[i] = (live && a < N_ATOMS) ? rowx[a] : -INFINITY;
+        mx = fmaxf(mx, x[i]);
+    }
+    mx = group_max<TPR>(mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < APT; ++i)
+        if (t + i * TPR < N_ATOMS) sum += expf(x[i] - mx);
+    sum = group_sum<TPR>(sum);
+    if (live) {
+#if STAGE
+        float* dst = buf + g * N_ATOMS;
+#else
+        float* dst = grad + (size_t)row * N_ATOMS;
+#endif
+#pragma unroll
+        for (int i = 0; i < APT; ++i) {
+            const int a = t + i * TPR;
+            if (a < N_ATOMS) dst[a] = atom_grad(x[i], mx, sum, a, label, inv_b);
+            if (a < N_ATOMS && a == label) ce[row] = row_ce(x[i], mx, sum, label);
+        }
+        if (t == 0 && (label == -1 || label_bad(label))) ce[row] = row_ce(0.f, mx, sum, label);
+    }
+#if STAGE
+    __syncthreads();
+    float* out = grad + (size_t)row0 * N_ATOMS;
+    for (int i = threadIdx.x; i < n; i += BLOCK) out[i] = buf[i];
+#endif
+}
+#endif

@@ -1,0 +1,216 @@
+// Per-horizon attention pool: N_HORIZONS learned queries attend over ln[B, K, HIDDEN_DIM].
+// One block per batch row (grid (B,1,1)); each warp owns keys k = warp*UNROLL + i*NWARPS*UNROLL
+// and holds the query rows in registers, so ln is streamed once per pass for all horizons.
+// Template constants: N_HORIZONS, HIDDEN_DIM, BLOCK (threads), VEC (floats per load), UNROLL
+// (keys in flight per warp). No atomics: every output element has exactly one writer.
+#include "heads_common.cuh"
+
+#define NWARPS (BLOCK / 32)
+
+// Forward, single pass over ln with an online (flash-style) softmax per warp, merged across warps
+// at the end. Dynamic shared memory (floats):
+//   s     [N_HORIZONS * K]                    scaled scores, normalised into attn at the end
+//   wm,wl [NWARPS * N_HORIZONS] each          per-warp running max / running sum
+//   wacc  [NWARPS * N_HORIZONS * HIDDEN_DIM]  per-warp unnormalised context
+//   fm,fl [N_HORIZONS] each                   merged max / sum
+extern "C" __global__ void __launch_bounds__(BLOCK)
+pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
+             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale)
+{
+    extern __shared__ float smem[];
+    float* s = smem;
+    float* wm = s + N_HORIZONS * K;
+    float* wl = wm + NWARPS * N_HORIZONS;
+    float* wacc = wl + NWARPS * N_HORIZONS;
+    float* fm = wacc + NWARPS * N_HORIZONS * HIDDEN_DIM;
+    float* fl = fm + N_HORIZONS;
+
+    const int b = blockIdx.x;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
+
+    float q[N_HORIZONS][ROW_PER_LANE];
+    float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][ROW_PER_LANE];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) {
+        load_row(q_h + h * HIDDEN_DIM, lane, q[h]);
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+#pragma unroll
+        for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = 0.f;
+    }
+
+    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
+        float x[UNROLL][ROW_PER_LANE];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (k0 + u >= K) continue;  // not break: the loop must stay fully unrolled
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) {
+                float dot = 0.f;
+#pragma unroll
+                for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(q[h][j], x[u][j], dot);
+                const float sc = warp_sum(dot) * scale;
+                if (lane == 0) s[h * K + k0 + u] = sc;
+                const float mn = fmaxf(m[h], sc);
+                const float corr = expf(m[h] - mn);
+                const float p = expf(sc - mn);
+                l[h] = fmaf(l[h], corr, p);
+#pragma unroll
+                for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = fmaf(acc[h][j], corr, p * x[u][j]);
+                m[h] = mn;
+            }
+        }
+    }
+
+    if (lane == 0) {
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            wm[warp * N_HORIZONS + h] = m[h];
+            wl[warp * N_HORIZONS + h] = l[h];
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h)
+        store_row(wacc + (warp * N_HORIZONS + h) * HIDDEN_DIM, lane, acc[h]);
+    __syncthreads();
+
+    if (threadIdx.x < N_HORIZONS) {
+        const int h = threadIdx.x;
+        float mx = -INFINITY;
+        for (int w = 0; w < NWARPS; ++w) mx = fmaxf(mx, wm[w * N_HORIZONS + h]);
+        float sum = 0.f;
+        for (int w = 0; w < NWARPS; ++w) sum += wl[w * N_HORIZONS + h] * expf(wm[w * N_HORIZONS + h] - mx);
+        fm[h] = mx;
+        fl[h] = sum;
+    }
+    __syncthreads();
+
+    float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) {
+        const int h = e / HIDDEN_DIM;
+        float v = 0.f;
+        for (int w = 0; w < NWARPS; ++w)
+            v += wacc[w * N_HORIZONS * HIDDEN_DIM + e] * expf(wm[w * N_HORIZONS + h] - fm[h]);
+        ctxb[e] = v / fl[h];
+    }
+    float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) {
+        const int h = e / K;
+        attnb[e] = expf(s[e] - fm[h]) / fl[h];
+    }
+}
+
+// Backward. Pass 1 (warp per key): dw[h,k] = grad_ctx[b,h,:] . ln[b,k,:] (+ grad_attn).
+// Then c[h] = sum_k attn*dw and ds = attn*(dw - c). Pass 2 (warp per key): the grad_ln row
+// sum_h attn*grad_ctx + scale*ds*q_h, written once, horizons summed in order; and the grad_q_h
+// partial sum_k ds*ln kept in registers, merged across warps in a fixed order into the per-block
+// scratch gq_scratch[b, h, :] (reduced over b by reduce_axis0). Dynamic shared memory (floats):
+//   sa [N_HORIZONS*K] attn row, sd [N_HORIZONS*K] dw then ds, sc [N_HORIZONS] c,
+//   red [NWARPS*N_HORIZONS*HIDDEN_DIM] per-warp grad_q_h partials.
+extern "C" __global__ void __launch_bounds__(BLOCK)
+pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
+              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+              const float* __restrict__ grad_attn, float* __restrict__ grad_ln,
+              float* __restrict__ gq_scratch, const int K, const float scale)
+{
+    extern __shared__ float smem[];
+    float* sa = smem;
+    float* sd = sa + N_HORIZONS * K;
+    float* sc = sd + N_HORIZONS * K;
+    float* red = sc + N_HORIZONS;
+
+    const int b = blockIdx.x;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
+    const float* attnb = attn + (size_t)b * N_HORIZONS * K;
+
+    float gc[N_HORIZONS][ROW_PER_LANE];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h)
+        load_row(grad_ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, lane, gc[h]);
+    for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) sa[e] = attnb[e];
+
+    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
+        float x[UNROLL][ROW_PER_LANE];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            if (k0 + u >= K) continue;
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) {
+                float dot = 0.f;
+#pragma unroll
+                for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
+                dot = warp_sum(dot);
+                if (lane == 0) {
+                    const int e = h * K + k0 + u;
+                    sd[e] = grad_attn ? dot + grad_attn[(size_t)b * N_HORIZONS * K + e] : dot;
+                }
+            }
+        }
+    }
+    __syncthreads();
+
+    for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+        float c = 0.f;
+        for (int k = lane; k < K; k += 32) c = fmaf(sa[h * K + k], sd[h * K + k], c);
+        c = warp_sum(c);
+        if (lane == 0) sc[h] = c;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) sd[e] = sa[e] * (sd[e] - sc[e / K]);
+    __syncthreads();
+
+    float q[N_HORIZONS][ROW_PER_LANE], gq[N_HORIZONS][ROW_PER_LANE];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) {
+        load_row(q_h + h * HIDDEN_DIM, lane, q[h]);
+#pragma unroll
+        for (int j = 0; j < ROW_PER_LANE; ++j) gq[h][j] = 0.f;
+    }
+    float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
+    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
+        float x[UNROLL][ROW_PER_LANE];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int k = k0 + u;
+            if (k >= K) continue;
+            float out[ROW_PER_LANE];
+#pragma unroll
+            for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = 0.f;
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) {
+                const float a = sa[h * K + k];
+                const float d = sd[h * K + k];
+                const float ds = scale * d;
+#pragma unroll
+                for (int j = 0; j < ROW_PER_LANE; ++j) {
+                    out[j] = fmaf(a, gc[h][j], fmaf(ds, q[h][j], out[j]));
+                    gq[h][j] = fmaf(d, x[u][j], gq[h][j]);
+                }
+            }
+            store_row(glnb + (size_t)k * HIDDEN_DIM, lane, out);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h)
+        store_row(red + (warp * N_HORIZONS + h) * HIDDEN_DIM, lane, gq[h]);
+    __syncthreads();
+    float* gqb = gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) {
+        float v = 0.f;
+        for (int w = 0; w < NWARPS; ++w) v += red[w * N_HORIZONS * HIDDEN_DIM + e];
+        gqb[e] = scale * v;
+    }
+}

@@ -1,0 +1,20 @@
+"""pycuda-heads: deterministic fused CUDA kernels for multi-horizon prediction heads.
+
+Importing needs no GPU (PyCUDA is imported when the first op is constructed):
+
+    import pycuda_heads as ph
+    pool = ph.PerHorizonAttentionPool(n_horizons=5, hidden_dim=128)
+    ctx, attn = pool.forward(q_h, ln)
+"""
+from .alpha_gate import AlphaGate
+from .attention_pool import PerHorizonAttentionPool
+from .compile import LaunchError
+from .device import GpuUnavailableError, gpu_available
+from .frd import FrdSoftmaxCE
+from .reduce import ReduceAxis0, reduce_axis0
+from .residual import PerHorizonResidual
+
+__version__ = "0.1.0"
+__all__ = ["AlphaGate", "FrdSoftmaxCE", "GpuUnavailableError", "LaunchError",
+           "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "gpu_available",
+           "reduce_axis0", "__version__"]

@@ -1,0 +1,25 @@
+"""The ``pycuda-heads`` command: check, validate, tune, sweep, export, bench, report."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pycuda-heads", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from . import bench, report, static_cli, validation
+    from .tuning import cli as tuning_cli
+    for module in (static_cli, validation, tuning_cli, bench, report):
+        module.register(sub)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

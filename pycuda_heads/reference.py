@@ -1,0 +1,101 @@
+"""NumPy references of every op (DESIGN.md section 1): the contract kernels are tested against.
+Computed in float64 by default; ``dtype=np.float32`` gives the same math in the working precision,
+whose own error against float64 sets the scale of the kernels' tolerances. No GPU involved."""
+from __future__ import annotations
+
+import numpy as np
+
+ArrayLike = np.ndarray
+CE_FLOOR = 1e-30
+
+
+def _cast(dtype: type, *xs: ArrayLike) -> list[np.ndarray]:
+    return [np.asarray(x, dtype=dtype) for x in xs]
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def pool_forward(q_h: ArrayLike, ln: ArrayLike, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """ctx[B,H,D], attn[B,H,K] of the per-horizon attention pool."""
+    q_h, ln = _cast(dtype, q_h, ln)
+    scale = dtype(1.0 / np.sqrt(q_h.shape[1]))
+    attn = _softmax(scale * np.matmul(q_h, ln.transpose(0, 2, 1)))
+    return np.matmul(attn, ln), attn
+
+
+def pool_backward(q_h: ArrayLike, ln: ArrayLike, attn: ArrayLike, grad_ctx: ArrayLike,
+                  grad_attn: ArrayLike | None = None, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """grad_q_h[H,D], grad_ln[B,K,D] given the forward's attn and grad_ctx (and grad_attn)."""
+    q_h, ln, attn, grad_ctx = _cast(dtype, q_h, ln, attn, grad_ctx)
+    scale = dtype(1.0 / np.sqrt(q_h.shape[1]))
+    dw = np.matmul(grad_ctx, ln.transpose(0, 2, 1))
+    if grad_attn is not None:
+        dw = dw + np.asarray(grad_attn, dtype=dtype)
+    ds = attn * (dw - (attn * dw).sum(axis=-1, keepdims=True))
+    grad_q_h = scale * np.matmul(ds, ln).sum(axis=0)
+    grad_ln = np.matmul(attn.transpose(0, 2, 1), grad_ctx) + scale * np.matmul(ds.transpose(0, 2, 1), q_h)
+    return grad_q_h, grad_ln
+
+
+def residual_forward(ctx: ArrayLike, w_res: ArrayLike, bias_res: ArrayLike,
+                     dtype: type = np.float64) -> np.ndarray:
+    """residual[B,H] = sum_d w_res[h,d] ctx[b,h,d] + bias_res[h]."""
+    ctx, w_res, bias_res = _cast(dtype, ctx, w_res, bias_res)
+    return (ctx * w_res).sum(axis=-1) + bias_res
+
+
+def residual_backward(ctx: ArrayLike, w_res: ArrayLike, grad_residual: ArrayLike,
+                      dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """grad_w_res[H,D], grad_bias_res[H], grad_ctx[B,H,D]."""
+    ctx, w_res, g = _cast(dtype, ctx, w_res, grad_residual)
+    return (g[:, :, None] * ctx).sum(axis=0), g.sum(axis=0), g[:, :, None] * w_res[None]
+
+
+def gate_forward(head: ArrayLike, residual: ArrayLike, alpha: ArrayLike,
+                 dtype: type = np.float64) -> np.ndarray:
+    """out[B,H] = head + tanh(alpha) * residual."""
+    head, residual, alpha = _cast(dtype, head, residual, alpha)
+    return head + np.tanh(alpha) * residual
+
+
+def gate_backward(residual: ArrayLike, alpha: ArrayLike, grad_out: ArrayLike,
+                  dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """grad_head[B,H], grad_residual[B,H], grad_alpha[H]."""
+    residual, alpha, g = _cast(dtype, residual, alpha, grad_out)
+    t = np.tanh(alpha)
+    return g.copy(), t * g, (1.0 - t * t) * (g * residual).sum(axis=0)
+
+
+def frd_softmax_ce_grad(logits: ArrayLike, labels: ArrayLike,
+                        dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """grad_logits[B,H,A] = (p - onehot)/B and ce[B,H] = -log(max(p[label], 1e-30)); label -1 rows
+    are zero in both. Labels outside [-1, A) raise ValueError."""
+    (logits,) = _cast(dtype, logits)
+    labels = np.asarray(labels)
+    n_atoms = logits.shape[-1]
+    bad = (labels < -1) | (labels >= n_atoms)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"labels{list(pos)} = {int(labels[pos])} is outside [-1, {n_atoms})")
+    p = _softmax(logits)
+    live = labels >= 0
+    safe = np.where(live, labels, 0)
+    onehot = np.zeros_like(p)
+    np.put_along_axis(onehot, safe[..., None], 1.0, axis=-1)
+    grad = np.where(live[..., None], (p - onehot) / logits.shape[0], 0.0)
+    p_label = np.take_along_axis(p, safe[..., None], axis=-1)[..., 0]
+    ce = np.where(live, -np.log(np.maximum(p_label, CE_FLOOR)), 0.0)
+    return grad, ce
+
+
+def frd_loss(logits: ArrayLike, labels: ArrayLike) -> float:
+    """The scalar whose gradient grad_logits is: sum(ce) / B."""
+    return float(frd_softmax_ce_grad(logits, labels)[1].sum() / np.shape(logits)[0])
+
+
+def reduce_axis0(x: ArrayLike, dtype: type = np.float64) -> np.ndarray:
+    (x,) = _cast(dtype, x)
+    return x.sum(axis=0)

@@ -1,0 +1,1 @@
+"""Shipped tables of tuned launch parameters, one JSON file per GPU."""

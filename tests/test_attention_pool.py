@@ -1,0 +1,102 @@
+"""GPU: the per-horizon attention pool kernels against the float64 reference and the parity test."""
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads import reference as ref
+from pycuda_heads.checks import pool_checks
+from pycuda_heads.cases import Case
+from gpu_helpers import assert_variant_passes, grid_params
+
+pytestmark = pytest.mark.gpu
+F32 = np.float32
+
+
+@pytest.mark.parametrize("template,shape", grid_params("pool.forward"))
+def test_forward_matches_reference(template, shape):
+    assert_variant_passes("pool.forward", template, shape)
+
+
+@pytest.mark.parametrize("template,shape", grid_params("pool.backward"))
+def test_backward_matches_reference(template, shape):
+    assert_variant_passes("pool.backward", template, shape)
+
+
+def test_parity_with_original_project():
+    """B=2, K=8, D=128, H=5; loss = sum(ctx); central differences of the forward kernel."""
+    case = Case("pool.backward", {"B": 2, "K": 8}, {})
+    check = pool_checks(case)["parity_numgrad"]
+    assert check["passed"], check
+    assert check["probes"] == 16
+
+
+def test_grad_attn_is_added():
+    rng = np.random.default_rng(5)
+    q, ln = rng.standard_normal((5, 128), dtype=F32), rng.standard_normal((3, 19, 128), dtype=F32)
+    gc, ga = rng.standard_normal((3, 5, 128), dtype=F32), rng.standard_normal((3, 5, 19), dtype=F32)
+    pool = ph.PerHorizonAttentionPool(5, 128)
+    _, attn = pool.forward(q, ln)
+    gq, gln = pool.backward(q, ln, attn, gc, grad_attn=ga)
+    rq, rln = ref.pool_backward(q, ln, attn.get(), gc, grad_attn=ga)
+    np.testing.assert_allclose(gq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
+    np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+
+
+@pytest.mark.parametrize("params", [{"BLOCK": 32, "VEC": 1, "UNROLL": 1},
+                                    {"BLOCK": 512, "VEC": 2, "UNROLL": 4}])
+def test_other_launch_parameters_agree(params):
+    for kernel in ("pool.forward", "pool.backward"):
+        assert_variant_passes(kernel, {"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 3, "K": 45}, params)
+
+
+def test_launch_override_is_reported():
+    pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOCK": 64}})
+    pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
+    assert pool.chosen["forward"] == {"params": {"BLOCK": 64, "VEC": 4, "UNROLL": 2}, "source": "user"}
+
+
+def test_bad_inputs_raise_before_launch():
+    pool = ph.PerHorizonAttentionPool(5, 128)
+    q, ln = np.ones((5, 128), F32), np.ones((2, 8, 128), F32)
+    with pytest.raises(ValueError, match=r"q_h: expected shape \(H, D\) = \(5, 128\), got \(4, 128\)"):
+        pool.forward(q[:4], ln)
+    with pytest.raises(TypeError, match="ln: expected dtype float32, got float64"):
+        pool.forward(q, ln.astype(np.float64))
+    with pytest.raises(ValueError, match="ln: expected a C-contiguous array"):
+        pool.forward(q, np.ones((2, 128, 8), F32).transpose(0, 2, 1))
+    with pytest.raises(ValueError, match=r"ln: expected a 3-d array \(B, K, D\)"):
+        pool.forward(q, ln[0])
+    with pytest.raises(TypeError, match="q_h: expected a NumPy array"):
+        pool.forward(q.tolist(), ln)
+    with pytest.raises(ValueError, match="SHARED_BYTES <= MAX_SHARED_BYTES"):
+        pool.forward(q, np.ones((1, 100_000, 128), F32))
+    _, attn = pool.forward(q, ln)
+    with pytest.raises(ValueError, match=r"grad_ctx: expected shape \(B, H, D\) = \(2, 5, 128\)"):
+        pool.backward(q, ln, attn, np.ones((3, 5, 128), F32))
+    with pytest.raises(ValueError, match="unknown launch parameter 'BLOKC'"):
+        ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOKC": 64}})
+    with pytest.raises(ValueError, match="HIDDEN_DIM % VEC == 0"):
+        ph.PerHorizonAttentionPool(5, 30, launch={"forward": {"VEC": 4}})
+
+
+def test_odd_hidden_dim_falls_back_to_a_valid_default():
+    pool = ph.PerHorizonAttentionPool(2, 30)
+    rng = np.random.default_rng(0)
+    q, ln = rng.standard_normal((2, 30), dtype=F32), rng.standard_normal((2, 9, 30), dtype=F32)
+    ctx, _ = pool.forward(q, ln)
+    np.testing.assert_allclose(ctx.get(), ref.pool_forward(q, ln)[0], rtol=1e-5, atol=1e-5)
+    assert 30 % pool.chosen["forward"]["params"]["VEC"] == 0
+
+
+def test_cuda_array_interface_inputs_are_zero_copy():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    q, ln = rng.standard_normal((5, 128), dtype=F32), rng.standard_normal((2, 8, 128), dtype=F32)
+    pool = ph.PerHorizonAttentionPool(5, 128)
+    tq, tln = torch.from_numpy(q).cuda(), torch.from_numpy(ln).cuda()
+    torch.cuda.synchronize()
+    ctx_t, _ = pool.forward(tq, tln)
+    ctx_n, _ = pool.forward(q, ln)
+    assert ctx_t.get().tobytes() == ctx_n.get().tobytes()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        pool.forward(tq, tln.transpose(1, 2))

@@ -1,0 +1,61 @@
+"""GPU: FRD softmax + cross-entropy gradient; the analytical oracles first, then the references."""
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads.cases import Case
+from pycuda_heads.checks import frd_checks
+from gpu_helpers import assert_variant_passes, grid_params
+
+pytestmark = pytest.mark.gpu
+F32 = np.float32
+KERNEL = "frd.softmax_ce_grad"
+LAYOUTS = [{"LAYOUT": 0, "TPR": 1, "BLOCK": 64, "STAGE": 0},
+           {"LAYOUT": 1, "TPR": 1, "BLOCK": 128, "STAGE": 1},
+           {"LAYOUT": 1, "TPR": 8, "BLOCK": 256, "STAGE": 0},
+           {"LAYOUT": 1, "TPR": 32, "BLOCK": 64, "STAGE": 1}]
+
+
+@pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: "L{LAYOUT}-T{TPR}-B{BLOCK}-S{STAGE}".format(**p))
+@pytest.mark.parametrize("check", ["uniform_logits", "sentinel_rows", "finite_differences"])
+def test_oracles(params, check):
+    result = frd_checks(Case(KERNEL, {"B": 64}, params))[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("template,shape", grid_params(KERNEL))
+def test_matches_reference(template, shape):
+    assert_variant_passes(KERNEL, template, shape)
+
+
+@pytest.mark.parametrize("params", LAYOUTS[1:], ids=lambda p: "T{TPR}-S{STAGE}".format(**p))
+@pytest.mark.parametrize("n_atoms", [11, 21, 51])
+def test_layouts_match_reference(params, n_atoms):
+    template = {"N_HORIZONS": 5, "N_ATOMS": n_atoms}
+    assert_variant_passes(KERNEL, template, {"B": 203}, params)
+
+
+def test_bad_labels_raise_naming_the_first_position():
+    import pycuda.gpuarray as gpuarray
+    frd = ph.FrdSoftmaxCE(5, 21)
+    logits = np.ones((4, 5, 21), F32)
+    labels = np.zeros((4, 5), np.int32)
+    labels[2, 3], labels[3, 0] = 21, -2
+    with pytest.raises(ValueError, match=r"labels\[2, 3\] = 21 is outside \[-1, 21\)"):
+        frd.softmax_ce_grad(logits, labels)
+    with pytest.raises(ValueError, match=r"labels\[2, 3\] = 21"):
+        frd.softmax_ce_grad(logits, gpuarray.to_gpu(labels))
+    with pytest.raises(TypeError, match="labels: expected dtype int32, got int64"):
+        frd.softmax_ce_grad(logits, labels.astype(np.int64))
+
+
+def test_unchecked_bad_labels_give_nan_rows_not_garbage():
+    import pycuda.gpuarray as gpuarray
+    frd = ph.FrdSoftmaxCE(5, 21)
+    labels = np.zeros((2, 5), np.int32)
+    labels[1, 2] = 99
+    grad, ce = frd.softmax_ce_grad(np.ones((2, 5, 21), F32), gpuarray.to_gpu(labels),
+                                   check_labels=False)
+    grad, ce = grad.get(), ce.get()
+    assert np.isnan(grad[1, 2]).all() and np.isnan(ce[1, 2])
+    assert np.isfinite(np.delete(grad.reshape(10, 21), 7, axis=0)).all()

@@ -1,0 +1,51 @@
+"""CPU: the package imports and its CLI answers without PyCUDA; spaces behave; ops need a GPU."""
+import subprocess
+import sys
+
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads.registry import KERNELS
+from pycuda_heads.space import KernelSpace
+
+
+def test_import_needs_no_gpu():
+    code = ("import sys, pycuda_heads; assert 'pycuda' not in sys.modules; "
+            "print(pycuda_heads.__version__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ph.__version__
+
+
+def test_cli_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "pycuda_heads.cli", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for command in ("check", "validate", "tune", "sweep", "export", "bench", "report"):
+        assert command in out
+
+
+def test_constructing_an_op_without_gpu_says_why():
+    if ph.gpu_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(ph.GpuUnavailableError):
+        ph.PerHorizonAttentionPool(5, 128)
+
+
+def test_space_restrictions_and_completion():
+    space = KernelSpace("k", {"BLOCK": (32, 64), "VEC": (1, 4)}, {"BLOCK": 64, "VEC": 4},
+                        restrictions=("HIDDEN_DIM % VEC == 0",),
+                        launch_restrictions=("SHARED_BYTES <= MAX_SHARED_BYTES",),
+                        shared_bytes=lambda p, env: 4 * env["K"] * p["BLOCK"])
+    assert space.violated({"BLOCK": 32, "VEC": 4}, {"HIDDEN_DIM": 30}) == "HIDDEN_DIM % VEC == 0"
+    assert space.points({"HIDDEN_DIM": 30}) == [{"BLOCK": 32, "VEC": 1}, {"BLOCK": 64, "VEC": 1}]
+    shape = {"K": 300, "MAX_SHARED_BYTES": 4 * 300 * 32}
+    assert [p["BLOCK"] for p in space.points({"HIDDEN_DIM": 128}, shape)] == [32, 32]
+    assert space.complete({"BLOCK": 32}) == {"BLOCK": 32, "VEC": 4}
+    with pytest.raises(ValueError, match="VEC=3 is not one of"):
+        space.complete({"VEC": 3})
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_every_default_is_a_valid_point_of_its_space(kernel):
+    info = KERNELS[kernel]
+    assert info.space.violated(dict(info.space.default), info.template()) is None
+    assert dict(info.space.default) in info.space.points(info.template())

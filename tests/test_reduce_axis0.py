@@ -1,0 +1,26 @@
+"""GPU: the deterministic reduce_axis0 kernel."""
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from gpu_helpers import assert_variant_passes, grid_params
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("template,shape", grid_params("reduce_axis0"))
+def test_matches_reference(template, shape):
+    assert_variant_passes("reduce_axis0", template, shape)
+
+
+@pytest.mark.parametrize("params", [{"TX": 128, "TY": 8, "SPLIT_ROWS": 64},
+                                    {"TX": 32, "TY": 1, "SPLIT_ROWS": 4096}])
+def test_multi_stage_configurations(params):
+    assert_variant_passes("reduce_axis0", {}, {"N": 70001, "M": 97}, params)
+
+
+def test_public_function_and_errors():
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(ph.reduce_axis0(x).get(), x.sum(axis=0))
+    with pytest.raises(ValueError, match=r"x: expected a 2-d array \(N, M\)"):
+        ph.reduce_axis0(x[0])

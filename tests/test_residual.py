@@ -1,0 +1,71 @@
+"""GPU: the per-horizon residual projection, its parity test and chaining with the pool."""
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads import arrays
+from pycuda_heads import reference as ref
+from pycuda_heads.cases import Case
+from pycuda_heads.checks import residual_checks
+from gpu_helpers import assert_variant_passes, grid_params
+
+pytestmark = pytest.mark.gpu
+F32 = np.float32
+
+
+@pytest.mark.parametrize("template,shape", grid_params("residual.forward"))
+def test_forward_matches_reference(template, shape):
+    assert_variant_passes("residual.forward", template, shape)
+
+
+@pytest.mark.parametrize("template,shape", grid_params("residual.backward"))
+def test_backward_matches_reference(template, shape):
+    assert_variant_passes("residual.backward", template, shape)
+
+
+def test_parity_with_original_project():
+    """B=3, H=5, D=128; loss = sum(residual); 8 w_res, all 5 bias_res, 8 ctx indices."""
+    check = residual_checks(Case("residual.backward", {"B": 3}, {}))["parity_numgrad"]
+    assert check["passed"], check
+    assert check["probes"] == 21
+
+
+def test_chained_backward_accumulates_into_grad_ctx_without_a_new_buffer(monkeypatch):
+    import pycuda.gpuarray as gpuarray
+    b, k, h, d = 4, 24, 5, 128
+    rng = np.random.default_rng(11)
+    q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
+    w, g_res = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, h), dtype=F32)
+    g_ctx_loss = rng.standard_normal((b, h, d), dtype=F32)
+    pool, proj = ph.PerHorizonAttentionPool(h, d), ph.PerHorizonResidual(h, d)
+    ctx, attn = pool.forward(q, ln)
+    grad_ctx = gpuarray.to_gpu(g_ctx_loss)
+
+    sizes = []
+    real_empty = arrays.empty
+    monkeypatch.setattr("pycuda_heads.residual.empty",
+                        lambda shape, *a: sizes.append(tuple(shape)) or real_empty(shape, *a))
+    _, _, returned = proj.backward(ctx, w, g_res, out=grad_ctx, accumulate=True)
+    assert int(returned.gpudata) == int(grad_ctx.gpudata)
+    assert (b, h, d) not in sizes and all(np.prod(s) < b * h * d for s in sizes), sizes
+    gq, gln = pool.backward(q, ln, attn, grad_ctx)
+
+    _, _, ref_ctx_grad = ref.residual_backward(ctx.get(), w, g_res)
+    total = g_ctx_loss + ref_ctx_grad
+    np.testing.assert_allclose(grad_ctx.get(), total, rtol=1e-6, atol=1e-6)
+    rq, rln = ref.pool_backward(q, ln, attn.get(), total)
+    np.testing.assert_allclose(gq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
+    np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+
+
+def test_bad_inputs_raise():
+    proj = ph.PerHorizonResidual(5, 128)
+    ctx, w, bias = np.ones((3, 5, 128), F32), np.ones((5, 128), F32), np.ones(5, F32)
+    with pytest.raises(ValueError, match=r"bias_res: expected shape \(H,\) = \(5,\), got \(4,\)"):
+        proj.forward(ctx, w, bias[:4])
+    with pytest.raises(ValueError, match="accumulate=True needs out="):
+        proj.backward(ctx, w, np.ones((3, 5), F32), accumulate=True)
+    with pytest.raises(TypeError, match="out: expected a device array"):
+        proj.backward(ctx, w, np.ones((3, 5), F32), out=np.zeros((3, 5, 128), F32))
+    with pytest.raises(ValueError, match=r"grad_residual: expected shape \(B, H\) = \(3, 5\)"):
+        proj.backward(ctx, w, np.ones((2, 5), F32))

@@ -1,0 +1,62 @@
+"""CPU: templating renders, the default variants compile with plain nvcc for every target arch
+with no atomic instruction and no spills, and the PTX scanner catches atomics."""
+import shutil
+
+import pytest
+
+from pycuda_heads.registry import KERNELS, static_check
+from pycuda_heads.source import FAMILIES, cu_dir, render, sources_hash
+from pycuda_heads.static_check import DEFAULT_ARCHS, find_atomics, parse_ptxas
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+
+
+def test_sources_are_found_and_render_self_contained():
+    assert all((cu_dir() / f"{f}.cu").is_file() for f in FAMILIES)
+    src = render("per_horizon_attention_pool", {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "BLOCK": 128,
+                                                "VEC": 4, "UNROLL": 2})
+    assert "#define HIDDEN_DIM 128\n" in src and "#include" not in src
+    assert "__device__ __forceinline__ float warp_sum" in src
+    assert len(sources_hash()) == 16
+
+
+def test_render_rejects_unknown_family():
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        render("nope", {})
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", DEFAULT_ARCHS)
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_default_variant_has_no_atomics_or_spills(kernel, arch):
+    info = KERNELS[kernel]
+    report = static_check(info, dict(info.space.default), arch)
+    assert report.ok, report.problems()
+    entry = info.op.ENTRIES[info.role][0]
+    assert set(report.entries) == {entry}
+    assert 0 < report.entries[entry].registers <= 255
+
+
+def test_atomic_scanner_finds_atomics_and_reductions():
+    ptx = """
+    ld.global.f32 %f1, [%rd1];
+    atom.global.add.f32 %f2, [%rd2], %f1;
+    @%p1 red.global.add.u32 [%rd3], 1;
+    redux.sync.add.s32 %r1, %r2, 0xffffffff;
+    cp.reduce.async.bulk.global.shared::cta.add.f32 [%rd4], [%r5], 64;
+    """
+    assert find_atomics(ptx) == ["atom.global.add.f32", "cp.reduce.async.bulk.global.shared::cta.add.f32",
+                                 "red.global.add.u32"]
+    assert find_atomics("ld.global.f32 %f1, [%rd1];\nst.global.f32 [%rd2], %f1;") == []
+
+
+def test_ptxas_log_parsing():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'pool_forward' for 'sm_90'
+ptxas info    : Function properties for pool_forward
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 80 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]
+"""
+    e = parse_ptxas(log)["pool_forward"]
+    assert (e.registers, e.stack_bytes, e.spill_store_bytes, e.spill_load_bytes,
+            e.static_shared_bytes) == (80, 8, 4, 12, 2048)

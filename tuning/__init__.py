@@ -1,0 +1,1 @@
+"""Optuna search of launch configurations (installed as ``pycuda_heads.tuning``)."""
