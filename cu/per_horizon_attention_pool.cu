@@ -8,21 +8,21 @@
 #define NWARPS (BLOCK / 32)
 
 // Forward, single pass over ln with an online (flash-style) softmax per warp, merged across warps
-// at the end. Dynamic shared memory (floats):
+// at the end. Dynamic shared memory (floats; wacc first so its vector stores stay 16-byte aligned):
+//   wacc  [NWARPS * N_HORIZONS * HIDDEN_DIM]  per-warp unnormalised context
 //   s     [N_HORIZONS * K]                    scaled scores, normalised into attn at the end
 //   wm,wl [NWARPS * N_HORIZONS] each          per-warp running max / running sum
-//   wacc  [NWARPS * N_HORIZONS * HIDDEN_DIM]  per-warp unnormalised context
 //   fm,fl [N_HORIZONS] each                   merged max / sum
 extern "C" __global__ void __launch_bounds__(BLOCK)
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
              float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale)
 {
     extern __shared__ float smem[];
-    float* s = smem;
+    float* wacc = smem;
+    float* s = wacc + NWARPS * N_HORIZONS * HIDDEN_DIM;
     float* wm = s + N_HORIZONS * K;
     float* wl = wm + NWARPS * N_HORIZONS;
-    float* wacc = wl + NWARPS * N_HORIZONS;
-    float* fm = wacc + NWARPS * N_HORIZONS * HIDDEN_DIM;
+    float* fm = wl + NWARPS * N_HORIZONS;
     float* fl = fm + N_HORIZONS;
 
     const int b = blockIdx.x;
@@ -110,8 +110,8 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // sum_h attn*grad_ctx + scale*ds*q_h, written once, horizons summed in order; and the grad_q_h
 // partial sum_k ds*ln kept in registers, merged across warps in a fixed order into the per-block
 // scratch gq_scratch[b, h, :] (reduced over b by reduce_axis0). Dynamic shared memory (floats):
-//   sa [N_HORIZONS*K] attn row, sd [N_HORIZONS*K] dw then ds, sc [N_HORIZONS] c,
-//   red [NWARPS*N_HORIZONS*HIDDEN_DIM] per-warp grad_q_h partials.
+//   red [NWARPS*N_HORIZONS*HIDDEN_DIM] per-warp grad_q_h partials (first: 16-byte aligned),
+//   sa [N_HORIZONS*K] attn row, sd [N_HORIZONS*K] dw then ds, sc [N_HORIZONS] c.
 extern "C" __global__ void __launch_bounds__(BLOCK)
 pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
               const float* __restrict__ attn, const float* __restrict__ grad_ctx,
@@ -119,10 +119,10 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
               float* __restrict__ gq_scratch, const int K, const float scale)
 {
     extern __shared__ float smem[];
-    float* sa = smem;
+    float* red = smem;
+    float* sa = red + NWARPS * N_HORIZONS * HIDDEN_DIM;
     float* sd = sa + N_HORIZONS * K;
     float* sc = sd + N_HORIZONS * K;
-    float* red = sc + N_HORIZONS;
 
     const int b = blockIdx.x;
     const int warp = threadIdx.x >> 5;

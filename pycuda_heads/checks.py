@@ -176,12 +176,13 @@ def frd_checks(case: Case) -> dict[str, Any]:
                        and ce_mix[~sentinel].tobytes() == ce_all[~sentinel].tobytes()),
         "sentinel_rows": int(sentinel.sum())}
 
-    # Finite differences of ce[b,h]/B at +-1e-3. float32 rounding of ce (~2.4e-7 absolute) over
-    # 2e-3 limits the estimate to ~1e-4 in units of B*grad, so probes take atoms with
-    # |p - onehot| >= 0.05, where that is under the 5e-3 relative tolerance.
+    # Finite differences of ce[b,h]/B at +-1e-3. float32 rounding of ce (one ulp, up to ~1e-6
+    # for ce < 16) over 2e-3 limits the estimate to ~1e-3 in units of B*grad, so probes take atoms
+    # with |p - onehot| >= 0.5 (mostly label atoms), where that stays under the 5e-3 relative
+    # tolerance; every atom's gradient is checked against the float64 reference instead.
     eps, worst = 1e-3, 0.0
     p_minus = g_all.astype(np.float64) * b
-    probes = [(i, j, k) for i, j, k in zip(*np.nonzero(np.abs(p_minus) >= 0.05))]
+    probes = [(i, j, k) for i, j, k in zip(*np.nonzero(np.abs(p_minus) >= 0.5))]
     picks = [probes[i] for i in rng.choice(len(probes), size=min(8, len(probes)), replace=False)]
     for i, j, k in picks:
         x = logits.copy()

@@ -36,7 +36,7 @@ def test_closed_gate_keeps_negative_zero_and_large_values():
 
 def test_bad_inputs_raise():
     gate = ph.AlphaGate(5)
-    with pytest.raises(ValueError, match=r"alpha: expected shape \(H,\) = \(5,\), got \(3,\)"):
+    with pytest.raises(ValueError, match=r"alpha: expected shape \(H\) = \(5,\), got \(3,\)"):
         gate.forward(np.ones((2, 5), F32), np.ones((2, 5), F32), np.ones(3, F32))
     with pytest.raises(ValueError, match="n_horizons must be a positive int"):
         ph.AlphaGate(0)

@@ -61,7 +61,7 @@ def test_chained_backward_accumulates_into_grad_ctx_without_a_new_buffer(monkeyp
 def test_bad_inputs_raise():
     proj = ph.PerHorizonResidual(5, 128)
     ctx, w, bias = np.ones((3, 5, 128), F32), np.ones((5, 128), F32), np.ones(5, F32)
-    with pytest.raises(ValueError, match=r"bias_res: expected shape \(H,\) = \(5,\), got \(4,\)"):
+    with pytest.raises(ValueError, match=r"bias_res: expected shape \(H\) = \(5,\), got \(4,\)"):
         proj.forward(ctx, w, bias[:4])
     with pytest.raises(ValueError, match="accumulate=True needs out="):
         proj.backward(ctx, w, np.ones((3, 5), F32), accumulate=True)
