@@ -47,11 +47,25 @@ frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ la
     if (a == 0) ce[row] = row_ce(label_bad(label) || label < 0 ? 0.f : x[label], stat[0], stat[1], label);
 }
 #else
-// Groups of TPR lanes per row, BLOCK/TPR rows per block, butterfly shuffles for max and sum.
-// STAGE=1 first copies the block's contiguous logits into shared memory with coalesced loads and
-// writes the gradient back the same way.
+// Groups of TPR lanes per row, BLOCK/TPR rows per block, butterfly shuffles for max and sum; each
+// lane keeps its exponentials in registers, so one exp per atom. STAGE=1 first copies the block's
+// contiguous logits into shared memory with coalesced (float4 where aligned) loads and writes
+// the gradient back the same way.
 #define RPB (BLOCK / TPR)
 #define APT ((N_ATOMS + TPR - 1) / TPR)
+// float4 staging needs the block's first element on a 16-byte boundary: RPB*N_ATOMS % 4 == 0.
+#define STAGE_VEC ((RPB * N_ATOMS) % 4 == 0)
+
+__device__ __forceinline__ void copy_floats(float* dst, const float* src, int n) {
+    if (STAGE_VEC) {
+        for (int i = threadIdx.x; i < n / 4; i += BLOCK)
+            reinterpret_cast<float4*>(dst)[i] = reinterpret_cast<const float4*>(src)[i];
+        for (int i = n / 4 * 4 + threadIdx.x; i < n; i += BLOCK) dst[i] = src[i];
+    } else {
+        for (int i = threadIdx.x; i < n; i += BLOCK) dst[i] = src[i];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(BLOCK)
 frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ labels,
                     float* __restrict__ grad, float* __restrict__ ce, const int rows, const float inv_b)
@@ -63,29 +77,32 @@ frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ la
     const bool live = row < rows;  // dead lanes still join the shuffles
     const int label = live ? labels[row] : -1;
 #if STAGE
-    extern __shared__ float buf[];
+    extern __shared__ __align__(16) float buf[];
     const int n = min(RPB, rows - row0) * N_ATOMS;
-    const float* src = logits + (size_t)row0 * N_ATOMS;
-    for (int i = threadIdx.x; i < n; i += BLOCK) buf[i] = src[i];
+    copy_floats(buf, logits + (size_t)row0 * N_ATOMS, n);
     __syncthreads();
     const float* rowx = buf + g * N_ATOMS;
 #else
     const float* rowx = logits + (size_t)row * N_ATOMS;
 #endif
-    float x[APT];
+    float e[APT];
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < APT; ++i) {
         const int a = t + i * TPR;
-        x[i] = (live && a < N_ATOMS) ? rowx[a] : -INFINITY;
-        mx = fmaxf(mx, x[i]);
+        e[i] = (live && a < N_ATOMS) ? rowx[a] : -INFINITY;
+        mx = fmaxf(mx, e[i]);
     }
     mx = group_max<TPR>(mx);
     float sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < APT; ++i)
-        if (t + i * TPR < N_ATOMS) sum += expf(x[i] - mx);
+    for (int i = 0; i < APT; ++i) {
+        e[i] = (t + i * TPR < N_ATOMS) ? __expf(e[i] - mx) : 0.f;
+        sum += e[i];
+    }
     sum = group_sum<TPR>(sum);
+    const float inv_sum = 1.f / sum;
+    const bool bad = label_bad(label);
     if (live) {
 #if STAGE
         float* dst = buf + g * N_ATOMS;
@@ -95,15 +112,16 @@ frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ la
 #pragma unroll
         for (int i = 0; i < APT; ++i) {
             const int a = t + i * TPR;
-            if (a < N_ATOMS) dst[a] = atom_grad(x[i], mx, sum, a, label, inv_b);
-            if (a < N_ATOMS && a == label) ce[row] = row_ce(x[i], mx, sum, label);
+            if (a >= N_ATOMS) continue;
+            const float p = e[i] * inv_sum;
+            dst[a] = label == -1 ? 0.f : bad ? NAN : (p - (a == label ? 1.f : 0.f)) * inv_b;
+            if (a == label) ce[row] = -logf(fmaxf(p, 1e-30f));
         }
-        if (t == 0 && (label == -1 || label_bad(label))) ce[row] = row_ce(0.f, mx, sum, label);
+        if (t == 0 && (label == -1 || bad)) ce[row] = label == -1 ? 0.f : NAN;
     }
 #if STAGE
     __syncthreads();
-    float* out = grad + (size_t)row0 * N_ATOMS;
-    for (int i = threadIdx.x; i < n; i += BLOCK) out[i] = buf[i];
+    copy_floats(grad + (size_t)row0 * N_ATOMS, buf, n);
 #endif
 }
 #endif

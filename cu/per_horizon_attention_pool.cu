@@ -57,8 +57,8 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 const float sc = warp_sum(dot) * scale;
                 if (lane == 0) s[h * K + k0 + u] = sc;
                 const float mn = fmaxf(m[h], sc);
-                const float corr = expf(m[h] - mn);
-                const float p = expf(sc - mn);
+                const float corr = __expf(m[h] - mn);  // fast exp: arguments <= 0, rel. error ~1e-6
+                const float p = __expf(sc - mn);
                 l[h] = fmaf(l[h], corr, p);
 #pragma unroll
                 for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = fmaf(acc[h][j], corr, p * x[u][j]);

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .arrays import as_device, empty
+from .arrays import as_device, check_aligned, empty
 from .op import Op
 from .space import KernelSpace
 
@@ -65,6 +65,8 @@ class FrdSoftmaxCE(Op):
         grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
         args = (logits.gpudata, labels.gpudata, grad.gpudata, ce.gpudata, np.int32(rows),
                 np.float32(1.0 / b))
+        if params["LAYOUT"] == 1 and params["STAGE"]:
+            check_aligned(4, logits=logits)  # the staged copy uses float4 loads
         kernel = self.kernel("softmax_ce_grad", params)
         if params["LAYOUT"] == 0:
             kernel((b, self.n_horizons, 1), (self.n_atoms, 1, 1), *args)

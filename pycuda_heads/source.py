@@ -15,7 +15,7 @@ from typing import Any, Mapping
 COMMON_HEADER = "heads_common.cuh"
 _INCLUDE = f'#include "{COMMON_HEADER}"'
 FAMILIES = ("per_horizon_attention_pool", "per_horizon_residual", "alpha_gate",
-            "frd_softmax_ce_grad", "reduce_axis0")
+            "frd_softmax_ce_grad", "reduce_axis0", "timing_spin")
 
 
 def cu_dir() -> Path:

@@ -1,37 +1,80 @@
-"""GPU timing with CUDA events: warm launches, median and 20th/80th percentiles."""
+"""GPU timing with CUDA events: median and 20th/80th percentiles over warm repetitions.
+
+Python enqueues a small launch in tens of microseconds, often longer than the kernel runs, so
+events around a single call would time the host. Each repetition therefore first launches a spin
+kernel that holds the GPU for longer than the host needs to enqueue the batch, then times a batch
+of calls back to back on the device and divides by the batch size.
+"""
 from __future__ import annotations
 
-from typing import Callable
+import time
+from functools import lru_cache
+from typing import Any, Callable
 
 import numpy as np
 
 from .device import cuda
 
 
-def gpu_time_us(fn: Callable[[], object], reps: int = 50, warmup: int = 5,
-                min_reps: int = 5) -> dict[str, float]:
-    """Per-call GPU time of ``fn`` (which launches asynchronously) in microseconds.
+@lru_cache(maxsize=None)
+def _helpers() -> tuple[Any, Any]:
+    from .compile import load_module
+    module = load_module("timing_spin", {})
+    spin, empty = module.get_function("spin"), module.get_function("empty_kernel")
+    spin.prepare("q")
+    empty.prepare("")
+    return spin, empty
 
-    Each repetition is bracketed by its own event pair so the spread is visible; ``reps`` shrinks
-    for slow calls so one measurement stays near a few hundred milliseconds.
+
+def empty_launch() -> None:
+    """Launch a kernel that does nothing: the reference for the smallest shapes."""
+    _helpers()[1].prepared_call((1, 1, 1), (1, 1, 1))
+
+
+def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
+                target_ms: float = 0.5) -> dict[str, float]:
+    """Per-call GPU time of ``fn`` (which only enqueues work) in microseconds.
+
+    The batch size grows until a batch runs for about ``target_ms`` on the GPU; ``reps`` batches
+    give the median and spread.
     """
     drv = cuda()
+    spin = _helpers()[0]
     for _ in range(warmup):
         fn()
-    start, stop = drv.Event(), drv.Event()
-    start.record()
+    drv.Context.synchronize()
+    t0 = time.perf_counter()
     fn()
-    stop.record()
-    stop.synchronize()
-    first_ms = stop.time_since(start)
-    reps = max(min_reps, min(reps, int(300.0 / max(first_ms, 1e-3))))
-    times = []
-    for _ in range(reps):
+    drv.Context.synchronize()
+    host_s = time.perf_counter() - t0
+    start, stop = drv.Event(), drv.Event()
+
+    def batch(n: int) -> float:
+        # hold the GPU for longer than the host takes to enqueue n calls
+        spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(int(2e9 * host_s * n) + 20_000))
         start.record()
-        fn()
+        for _ in range(n):
+            fn()
         stop.record()
         stop.synchronize()
-        times.append(stop.time_since(start) * 1e3)
-    t = np.asarray(times)
+        return stop.time_since(start) * 1e3 / n
+
+    n = 1
+    while n < 256 and batch(n) * n < target_ms * 1e3:  # deeper batches can fill the launch queue
+        n *= 4
+    t = np.asarray([batch(n) for _ in range(reps)])
     return {"median_us": float(np.median(t)), "p20_us": float(np.percentile(t, 20)),
-            "p80_us": float(np.percentile(t, 80)), "reps": int(reps)}
+            "p80_us": float(np.percentile(t, 80)), "reps": int(reps), "batch": int(n)}
+
+
+def host_call_us(fn: Callable[[], object], calls: int = 200) -> float:
+    """Wall-clock cost of one Python call of ``fn`` (enqueue included, GPU work excluded where
+    the host is the slower side), averaged over ``calls`` calls ended by one synchronisation."""
+    drv = cuda()
+    fn()
+    drv.Context.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    drv.Context.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
