@@ -122,6 +122,11 @@ class Case:
     def output_names(self) -> tuple[str, ...]:
         return OUTPUTS[self.kernel]
 
+    def validate(self) -> dict[str, Any]:
+        """Every GPU check of this variant (``checks.validate_case``)."""
+        from .checks import validate_case  # checks builds on cases
+        return validate_case(self)
+
     def reference(self, dtype: type = np.float64) -> tuple[np.ndarray, ...]:
         return _reference(self.kernel, tuple(sorted(self.template.items())),
                           tuple(sorted(self.shape.items())), self.seed, np.dtype(dtype).name)

@@ -138,8 +138,11 @@ def _check(family: str, constants: Mapping[str, Any], arch: str) -> StaticReport
         report.atomics = find_atomics(text)
         log = _run(["ptxas", f"-arch={arch}", "-v", "-o", str(Path(tmp) / "v.cubin"), str(ptx)], family)
         report.entries = parse_ptxas(log)
-    cached.write_text(json.dumps({"atomics": report.atomics,
-                                  "entries": {k: asdict(v) for k, v in report.entries.items()}}))
+    # write-then-rename: a parallel reader never sees half a file
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"atomics": report.atomics,
+                               "entries": {k: asdict(v) for k, v in report.entries.items()}}))
+    os.replace(tmp, cached)
     return report
 
 

@@ -33,7 +33,8 @@ def empty_launch() -> None:
 
 def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
                 target_ms: float = 0.5) -> dict[str, float]:
-    """Per-call GPU time of ``fn`` (which only enqueues work) in microseconds.
+    """Per-call GPU time of ``fn`` (which only enqueues work) in microseconds, and the host's
+    wall-clock cost of one call (``python_call_us``, timed while the GPU spins).
 
     The batch size grows until a batch runs for about ``target_ms`` on the GPU; ``reps`` batches
     give the median and spread.
@@ -49,32 +50,22 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
     host_s = time.perf_counter() - t0
     start, stop = drv.Event(), drv.Event()
 
-    def batch(n: int) -> float:
+    def batch(n: int) -> tuple[float, float]:
         # hold the GPU for longer than the host takes to enqueue n calls
         spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(int(2e9 * host_s * n) + 20_000))
         start.record()
+        t0 = time.perf_counter()
         for _ in range(n):
             fn()
+        host = (time.perf_counter() - t0) / n
         stop.record()
         stop.synchronize()
-        return stop.time_since(start) * 1e3 / n
+        return stop.time_since(start) * 1e3 / n, host * 1e6
 
     n = 1
-    while n < 256 and batch(n) * n < target_ms * 1e3:  # deeper batches can fill the launch queue
+    while n < 256 and batch(n)[0] * n < target_ms * 1e3:  # deeper batches can fill the queue
         n *= 4
-    t = np.asarray([batch(n) for _ in range(reps)])
-    return {"median_us": float(np.median(t)), "p20_us": float(np.percentile(t, 20)),
-            "p80_us": float(np.percentile(t, 80)), "reps": int(reps), "batch": int(n)}
-
-
-def host_call_us(fn: Callable[[], object], calls: int = 200) -> float:
-    """Wall-clock cost of one Python call of ``fn`` (enqueue included, GPU work excluded where
-    the host is the slower side), averaged over ``calls`` calls ended by one synchronisation."""
-    drv = cuda()
-    fn()
-    drv.Context.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    drv.Context.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
+    gpu, host = np.asarray([batch(n) for _ in range(reps)]).T
+    return {"median_us": float(np.median(gpu)), "p20_us": float(np.percentile(gpu, 20)),
+            "p80_us": float(np.percentile(gpu, 80)), "reps": int(reps), "batch": int(n),
+            "python_call_us": float(np.median(host))}

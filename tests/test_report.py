@@ -1,0 +1,313 @@
+"""The bench's CPU-side logic and the report generator, on stored fixture data (no GPU, no
+PyCUDA, no torch; the torch peer checks run only where torch is installed)."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pycuda_heads import bench, reference, report
+
+FIXTURE = Path(__file__).parent / "fixtures" / "report"
+NEWEST = "2026-11-20T10:15:02+00:00"  # the fixture's latest run; an older row must be ignored
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURE, tmp_path / "reports")
+    return tmp_path / "reports"
+
+
+def fixture_times() -> dict[tuple[str, str, str, str], float]:
+    with (FIXTURE / "nvidia-h200" / "bench.csv").open(newline="") as f:
+        return {(r["op"], r["shape"], r["pass"], r["provider"]): float(r["median_us"])
+                for r in csv.DictReader(f) if r["date"] == NEWEST and r["median_us"]}
+
+
+def table_row(readme: str, *first_cells: str) -> list[str]:
+    prefix = "| " + " | ".join(first_cells) + " |"
+    lines = [line for line in readme.splitlines() if line.startswith(prefix)]
+    assert lines, f"no table row starting {prefix!r}"
+    return [c.strip() for c in lines[0].strip().strip("|").split("|")]
+
+
+# --- floor bytes -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op, pass_, shape, expected", [
+    # q_h 5*128 + ln 4096*256*128 read; ctx 4096*5*128 + attn 4096*5*256 written
+    ("pool", "forward", {"B": 4096, "K": 256}, 4 * (640 + 134217728 + 2621440 + 5242880)),
+    # q_h, ln, attn, grad_ctx read; grad_q_h, grad_ln written
+    ("pool", "backward", {"B": 4096, "K": 256},
+     4 * (640 + 134217728 + 5242880 + 2621440 + 640 + 134217728)),
+    ("pool", "fwd+bwd", {"B": 4096, "K": 256}, 568330752 + 1105204224),
+    # ctx 65536*5*128, w_res 640, bias 5 read; residual 65536*5 written
+    ("residual", "forward", {"B": 65536}, 4 * (41943040 + 640 + 5 + 327680)),
+    # ctx, w_res, grad_residual read; grad_w_res, grad_bias_res, grad_ctx written
+    ("residual", "backward", {"B": 65536}, 4 * (41943040 + 640 + 327680 + 640 + 5 + 41943040)),
+    ("gate", "forward", {"B": 4096}, 4 * (20480 + 20480 + 5 + 20480)),
+    # grad_head is grad_out itself: only grad_residual and grad_alpha are written
+    ("gate", "backward", {"B": 4096}, 4 * (20480 + 5 + 20480 + 20480 + 5)),
+    # logits 262144*5*21 + labels 262144*5 read, grad_logits + ce written
+    ("frd", "fwd+bwd", {"B": 262144}, 4 * 2 * (27525120 + 1310720)),
+])
+def test_floor_bytes_by_hand(op: str, pass_: str, shape: dict[str, int], expected: int) -> None:
+    assert bench.floor_bytes(op, pass_, shape) == expected
+
+
+def test_floor_matches_design_figures() -> None:
+    # DESIGN.md section 6: at ~4.3 TB/s the pool (4096,256) fwd+bwd floor is ~390 us and the
+    # FRD B=262144 floor ~54 us.
+    assert bench.floor_bytes("pool", "fwd+bwd", {"B": 4096, "K": 256}) / 4.3e6 == \
+        pytest.approx(390, rel=0.01)
+    assert bench.floor_bytes("frd", "fwd+bwd", {"B": 262144}) / 4.3e6 == \
+        pytest.approx(54, rel=0.01)
+
+
+def test_passes_and_unknown_pass() -> None:
+    assert bench.passes("pool") == ("forward", "backward", "fwd+bwd")
+    assert bench.passes("frd") == ("fwd+bwd",)
+    with pytest.raises(ValueError, match="no pass"):
+        bench.floor_bytes("frd", "forward", {"B": 4})
+
+
+def test_inputs_are_random_non_zero_and_labels_hold_sentinels() -> None:
+    x = bench.make_inputs("frd", {"B": 4096})
+    assert x["labels"].dtype == np.int32
+    assert x["labels"].min() == -1 and x["labels"].max() == 20
+    assert 0.02 < (x["labels"] == -1).mean() < 0.08
+    assert np.all(x["logits"] != 0)
+    pool = bench.make_inputs("pool", {"B": 3, "K": 5})
+    assert set(pool) == {"q_h", "ln", "attn", "grad_ctx"}
+    np.testing.assert_allclose(pool["attn"].sum(axis=-1), 1, rtol=1e-5)
+
+
+# --- imports ---------------------------------------------------------------------------------
+
+def test_bench_and_report_import_without_torch_gpu_or_pyplot() -> None:
+    code = ("import sys; import pycuda_heads.bench, pycuda_heads.report; "
+            "loaded = [m for m in ('torch', 'pycuda', 'matplotlib.pyplot') if m in sys.modules]; "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- the bench's orchestration, on a fake GPU ------------------------------------------------
+
+_REFERENCE = {("pool", "forward"): reference.pool_forward,
+              ("pool", "backward"): reference.pool_backward,
+              ("residual", "forward"): reference.residual_forward,
+              ("residual", "backward"): reference.residual_backward,
+              ("gate", "forward"): reference.gate_forward,
+              ("gate", "backward"): reference.gate_backward,
+              ("frd", "fwd+bwd"): reference.frd_softmax_ce_grad}
+
+
+class FakeOp:
+    """The float64 references behind the library's method names."""
+
+    def __init__(self, op: str) -> None:
+        self.op, self.chosen = op, {}
+        for (o, p), spec in bench.PRIMITIVES.items():
+            if o == op:
+                setattr(self, spec.method, self._method(p, spec.method))
+
+    def _method(self, pass_: str, role: str) -> Any:
+        def call(*args: Any, check_labels: bool = True) -> Any:
+            self.chosen[role] = {"params": {"BLOCK": 128}, "source": "default (no tuned table)"}
+            return _REFERENCE[self.op, pass_](*args)
+        return call
+
+
+class FakeHarness:
+    torch_device = "cpu"
+    slug = "fake-gpu"
+
+    def env(self) -> dict[str, str]:
+        return {"gpu": "Fake GPU", "driver_version": "1.0", "cuda_version": "13.0"}
+
+    def upload(self, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(x)
+
+    def library_op(self, op: str, provider: str) -> FakeOp:
+        return FakeOp(op)
+
+    def sync(self) -> None:
+        pass
+
+    def empty_launch(self) -> Any:
+        return lambda: None
+
+    def copy_bandwidth_gbps(self) -> float:
+        return 4000.0
+
+    def time(self, fn: Any, reps: int) -> dict[str, float]:
+        fn()
+        return {"median_us": 10.0, "p20_us": 9.5, "p80_us": 10.5, "reps": reps,
+                "python_call_us": 4.0}
+
+
+def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    monkeypatch.delitem(sys.modules, "pycuda_heads.peers_torch", raising=False)
+    monkeypatch.setitem(bench.SHAPES, "gate", ({"B": 3}, {"B": 20}, {"B": 64}))
+    monkeypatch.setitem(bench.SHAPES, "frd", ({"B": 16}, {"B": 64}))
+    path = bench.Bench(FakeHarness(), ["gate", "frd"], quick=True, out_root=tmp_path,
+                       commit="abc1234").run()
+    assert path == tmp_path / "fake-gpu" / "bench.csv"
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    # empty kernel + gate 2 shapes x 3 passes x 5 providers + frd 2 shapes x 1 pass x 5
+    assert len(rows) == 1 + 2 * 3 * 5 + 2 * 5
+    assert tuple(rows[0]) == bench.COLUMNS
+    assert {r["commit"] for r in rows} == {"abc1234"} and {r["gpu"] for r in rows} == {"Fake GPU"}
+    for r in rows:
+        if r["provider"].startswith("torch"):
+            assert r["error"].startswith("torch unusable") and not r["median_us"]
+            assert r["torch_version"] == "absent"
+        elif r["provider"] == "floor":
+            shape = dict((k, int(v)) for k, v in (p.split("=") for p in r["shape"].split(",")))
+            fb = bench.floor_bytes(r["op"], r["pass"], shape)
+            assert int(r["floor_bytes"]) == fb
+            assert float(r["median_us"]) == pytest.approx(fb / 4e6, rel=1e-5)
+        else:
+            assert float(r["median_us"]) == 10.0 and float(r["python_call_us"]) == 4.0
+    tuned = [r for r in rows if r["provider"] == "tuned" and r["pass"] == "fwd+bwd"
+             and r["op"] == "gate"][0]
+    assert set(json.loads(tuned["config"])) == {"forward", "backward"}
+    # the report reads what the bench wrote, and says torch.compile was not measured
+    readme = report.build(tmp_path / "fake-gpu").read_text()
+    assert "torch unusable" in readme and "not measured" in readme
+
+
+def test_append_rows_rewrites_an_older_header(tmp_path: Path) -> None:
+    path = tmp_path / "bench.csv"
+    path.write_text("date,op,median_us\n2026-01-01T00:00:00+00:00,pool,12.5\n")
+    bench.append_rows(path, [{"date": "2026-02-01T00:00:00+00:00", "op": "frd",
+                              "median_us": 3.25}])
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == bench.COLUMNS
+    assert [(r["op"], r["median_us"]) for r in rows] == [("pool", "12.5"), ("frd", "3.25")]
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def test_report_tables_hold_the_fixture_numbers(reports: Path) -> None:
+    readme = report.build(reports / "nvidia-h200").read_text()
+    t = fixture_times()
+    key = ("pool", "B=4096,K=256", "fwd+bwd")
+    tuned, eager, compiled = (t[(*key, p)] for p in ("tuned", "torch_eager", "torch_compile"))
+    floor, default = t[(*key, "floor")], t[(*key, "default")]
+    cells = table_row(readme, "B=4096,K=256", "fwd+bwd")
+    assert cells[2] == "512"                      # the latest run's tuned time, not the older 999
+    assert cells[4:7] == ["612", "3945", "1600"]
+    assert cells[8] == f"{100 * floor / tuned:.0f}%"
+    assert cells[9] == f"{eager / tuned:.2f}x" == "7.71x"
+    assert cells[10] == f"{compiled / tuned:.2f}x" == "3.12x"
+    assert cells[11] == f"{default / tuned:.2f}x"
+    assert "999" not in " ".join(cells)
+
+
+def test_report_targets_say_met_or_missed_and_by_how_much(reports: Path) -> None:
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert "5 of 8 measured targets met" in readme
+    pool_compile = table_row(readme, "pool", "B=4096,K=256", "fwd+bwd", "512", "3.12x")
+    assert pool_compile[-1].startswith("**missed**") and f"needs {5 / 3.125:.2f}x more" in \
+        pool_compile[-1]
+    frd_floor = table_row(readme, "frd", "B=262144", "fwd+bwd", "62.0", "86%")
+    assert frd_floor[-1] == "met: reaches 86% of the floor"
+    # smallest pool backward: 6.9 us against a 2.4 us empty launch
+    small = table_row(readme, "pool", "B=2,K=8", "backward")
+    assert small[4] == "2.88x" and small[-1].startswith("**missed**")
+
+
+def test_report_lists_failures_defaults_tuning_and_validation(reports: Path) -> None:
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert "torch.compile failed at B=1024 fwd+bwd: `BackendCompilerFailed" in readme
+    assert table_row(readme, "B=1024", "fwd+bwd")[2] == "2.90*"  # no tuned entry applied
+    tuning = table_row(readme, "pool.forward", "N_HORIZONS=5,HIDDEN_DIM=128", "B=4096,K=256")
+    assert tuning[3:6] == ["190", "165", "1.15x"] and tuning[-1] == "BLOCK"
+    efficiency = table_row(readme, "frd.softmax_ce_grad", "B=262144", "61")
+    assert efficiency[5:] == ["17", "14, never, 17"]
+    assert table_row(readme, "frd.softmax_ce_grad", "2", "1", "1")[-1] == "4.0e-02"
+    assert "failed: frd.softmax_ce_grad tuned" in readme
+    assert "HIDDEN_DIM=128,N_ATOMS=21,B=262144: extreme_logits" in readme
+
+
+def test_report_plots_are_valid_pngs(reports: Path) -> None:
+    from PIL import Image
+    gpu_dir = reports / "nvidia-h200"
+    readme = report.build(gpu_dir).read_text()
+    names = ["pool_time.png", "pool_floor.png", "frd_time.png", "frd_floor.png",
+             "tuning_pool-forward-hidden-dim-128-n-horizons-5-b-4096-k-256.png"]
+    for name in names:
+        assert f"]({name})" in readme
+        with Image.open(gpu_dir / name) as img:
+            assert img.format == "PNG" and img.width > 300 and img.height > 200
+            img.verify()
+
+
+def test_report_cli_writes_every_gpu_and_the_index(reports: Path) -> None:
+    parser = argparse.ArgumentParser()
+    report.register(parser.add_subparsers())
+    args = parser.parse_args(["report", "--reports", str(reports)])
+    assert args.func(args) == 0
+    index = (reports / "README.md").read_text()
+    assert "[nvidia-h200/README.md](nvidia-h200/README.md)" in index
+    assert table_row(index, "NVIDIA H200")[1:3] == [NEWEST, "1a2b3c4"]
+    assert (reports / "nvidia-h200" / "README.md").is_file()
+
+
+def test_missing_inputs_are_named_not_fatal(tmp_path: Path) -> None:
+    readme = report.build(tmp_path / "nvidia-h200").read_text()
+    for what in ("benchmark results", "tuning caches", "tuner efficiency table",
+                 "GPU validation record"):
+        assert f"**missing**: {what}" in readme
+    assert not list((tmp_path / "nvidia-h200").glob("*.png"))
+    index = report.build_index(tmp_path / "empty").read_text()
+    assert "No GPU has data yet" in index
+
+
+def test_bench_alone_gives_tables_and_names_the_rest(tmp_path: Path) -> None:
+    gpu_dir = tmp_path / "nvidia-h200"
+    gpu_dir.mkdir()
+    shutil.copy(FIXTURE / "nvidia-h200" / "bench.csv", gpu_dir)
+    (gpu_dir / "validation.json").write_text("{not json")
+    readme = report.build(gpu_dir).read_text()
+    assert table_row(readme, "B=4096,K=256", "fwd+bwd")[2] == "512"
+    assert "**missing**: tuning caches" in readme
+    assert "**unreadable**: `validation.json` could not be read" in readme
+    assert "## Validation" not in readme and "## Tuning" not in readme
+
+
+# --- the torch peers (only where torch is installed; CPU) ------------------------------------
+
+PEER_SHAPES = {"pool": {"B": 3, "K": 7}, "residual": {"B": 5}, "gate": {"B": 6}, "frd": {"B": 40}}
+
+
+@pytest.mark.parametrize("op, pass_", list(bench.PRIMITIVES))
+def test_torch_peers_match_the_float64_reference(op: str, pass_: str) -> None:
+    pytest.importorskip("torch")
+    from pycuda_heads import peers_torch
+    x = bench.make_inputs(op, PEER_SHAPES[op], seed=3)
+    if op == "frd":
+        x["logits"][0, 0, :] = np.linspace(-1e4, 1e4, x["logits"].shape[-1])  # extreme row
+        x["labels"][0, 0], x["labels"][1, :] = 0, -1  # p[label] underflows; a sentinel row
+    args = [x[n] for n in bench.PRIMITIVES[op, pass_].reads]
+    want = _REFERENCE[op, pass_](*args)
+    want = want if isinstance(want, tuple) else (want,)
+    t = peers_torch.to_torch(x, "cpu")
+    got = peers_torch.FUNCTIONS[op, pass_](*[t[n] for n in bench.PRIMITIVES[op, pass_].reads])
+    got = got if isinstance(got, tuple) else (got,)
+    assert peers_torch.max_rel_err(want, got) < 1e-5
+    if op == "frd":
+        assert float(got[1][0, 0]) == pytest.approx(-np.log(1e-30), rel=1e-6)
+        assert not got[0][1].any() and not got[1][1].any()

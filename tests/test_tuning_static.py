@@ -1,0 +1,87 @@
+"""CPU with nvcc: every point of every registry search space passes the static check or is
+rejected by it with a reason, and the tuner turns a rejection into an INFEASIBLE reason."""
+import os
+import shutil
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pycuda_heads import registry
+from pycuda_heads.registry import KERNELS
+from pycuda_heads.static_check import StaticReport
+from pycuda_heads.suite import SUITE
+from pycuda_heads.tuning import constraints
+from pycuda_heads.tuning.constraints import Feasibility, registry_static
+from pycuda_heads.tuning.spaces import dims_key, point_key
+from pycuda_heads.tuning.task import TuningTask
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("ptxas") is None,
+                                reason="the static check needs nvcc and ptxas on the PATH")
+ARCH = "sm_90"
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """(kernel, point key) -> StaticReport for every valid point of every space."""
+    groups = defaultdict(list)
+    for kernel, info in KERNELS.items():
+        template = info.template()
+        for point in info.space.points(template):
+            # points that are one compiled variant share a thread: the disk cache is written once
+            groups[f"{info.family}:{dims_key({**template, **point})}"].append((kernel, point))
+
+    def check(group):
+        return [(k, p, registry.static_check(KERNELS[k], p, ARCH)) for k, p in group]
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        done = [r for rs in pool.map(check, groups.values()) for r in rs]
+    return {(k, point_key(p)): r for k, p, r in done}
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_every_point_passes_the_static_check_or_is_rejected_with_a_reason(reports, kernel):
+    info = KERNELS[kernel]
+    points = info.space.points(info.template())
+    assert points
+    for point in points:
+        report = reports[(kernel, point_key(point))]
+        assert report.ok or report.problems(), point
+        for problem in report.problems():
+            assert problem.startswith("atomic instruction") or " spills " in problem \
+                or problem == "no kernel entry was compiled", problem
+    assert reports[(kernel, point_key(info.space.default))].ok
+
+
+def test_feasibility_runs_the_static_check_for_every_point_of_a_task():
+    task = TuningTask.from_registry("gate.forward", SUITE["gate.forward"][0], "G", "g")
+    feas = Feasibility(task, registry_static(task, ARCH))
+    points = task.space.points(task.template, task.shape)
+    constraints.warm([(feas, p) for p in points], workers=os.cpu_count() or 1)
+    for point in points:
+        report = registry.static_check(KERNELS["gate.forward"], point, ARCH)
+        assert feas(point) == (None if report.ok else "static check: "
+                               + "; ".join(report.problems()))
+
+
+def test_a_rejected_point_gets_the_static_checks_reason(monkeypatch):
+    task = TuningTask.from_registry("pool.forward", {"B": 2, "K": 8}, "G", "g")
+
+    def atomic(info, params, arch, template):
+        return StaticReport(info.family, {}, arch, "v", atomics=["atom.global.add.f32"])
+
+    monkeypatch.setattr(registry, "static_check", atomic)
+    reason = Feasibility(task, registry_static(task, ARCH))(dict(task.space.default))
+    assert reason == "static check: atomic instruction atom.global.add.f32; " \
+                     "no kernel entry was compiled"
+
+
+def test_a_point_that_does_not_compile_is_infeasible(monkeypatch):
+    task = TuningTask.from_registry("pool.forward", {"B": 2, "K": 8}, "G", "g")
+
+    def broken(info, params, arch, template):
+        raise RuntimeError("nvcc failed on per_horizon_attention_pool:\nerror: expected a ';'")
+
+    monkeypatch.setattr(registry, "static_check", broken)
+    reason = Feasibility(task, registry_static(task, ARCH))(dict(task.space.default))
+    assert reason.startswith("static check: does not compile: nvcc failed")

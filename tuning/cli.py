@@ -1,0 +1,159 @@
+"""The tuning subcommands of ``pycuda-heads``: tune, sweep, export, efficiency."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+
+log = logging.getLogger("pycuda_heads.tuning")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune one kernel at one shape on this GPU")
+    p.add_argument("--kernel", required=True, help="e.g. pool.forward")
+    p.add_argument("--shape", required=True, help="e.g. B=4096,K=256")
+    p.add_argument("--template", default=None,
+                   help="template constants, e.g. N_HORIZONS=5,HIDDEN_DIM=128 (default: suite)")
+    _search_options(p, mode="tpe")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("sweep", help="tune every kernel x shape of the suite on this GPU")
+    p.add_argument("--kernels", default=None, help="comma-separated subset (default: all)")
+    _search_options(p, mode="exhaustive")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("export", help="best validated configurations -> the package's table")
+    p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
+    p.add_argument("--reports", type=Path, default=Path("reports"))
+    p.add_argument("--out", type=Path, default=None,
+                   help="table folder (default: the package's pycuda_heads/tuned)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("efficiency", help="trials TPE needs to come within 3%% of the "
+                                          "exhaustive best (CPU replay of the caches)")
+    p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
+    p.add_argument("--reports", type=Path, default=Path("reports"))
+    p.add_argument("--seeds", type=int, default=5, help="TPE seeds 0..N-1")
+    p.add_argument("--within", type=float, default=0.03)
+    p.set_defaults(func=cmd_efficiency)
+
+
+def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
+    p.add_argument("--mode", choices=("tpe", "exhaustive"), default=mode)
+    p.add_argument("--trials", type=int, default=40, help="trials per study (tpe)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--storage", default=None,
+                   help="Optuna storage URL or journal file (default: "
+                        "<out>/<gpu>/tuning/optuna.journal)")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="reports folder")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds; stop between configurations once spent (resume by re-running)")
+    p.add_argument("--reps", type=int, default=20,
+                   help="timed batches per configuration (median and spread over them)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="parallel static checks and compilations")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .spaces import parse_dims
+    template = parse_dims(args.template) if args.template else None
+    return _run(args, [(args.kernel, parse_dims(args.shape), template)])
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from pycuda_heads.suite import SUITE
+    kernels = args.kernels.split(",") if args.kernels else list(SUITE)
+    unknown = sorted(set(kernels) - set(SUITE))
+    if unknown:
+        print(f"unknown kernels {unknown}; the suite has {sorted(SUITE)}", file=sys.stderr)
+        return 2
+    return _run(args, [(k, shape, None) for k in kernels for shape in SUITE[k]])
+
+
+def _run(args: argparse.Namespace, specs: list) -> int:
+    import optuna
+
+    from pycuda_heads.device import GpuUnavailableError
+
+    from .budget import Budget
+    from .constraints import Feasibility, registry_static
+    from .gpu import GpuContext
+    from .objective import GpuEvaluator
+    from .progress import Progress
+    from .session import EvaluatorBroken
+    from .sweep import run_sweep
+    from .task import TuningTask
+
+    try:
+        gpu = GpuContext.current()
+    except GpuUnavailableError as exc:
+        print(f"tuning needs a GPU: {exc}", file=sys.stderr)
+        return 2
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        tasks = [TuningTask.from_registry(k, shape, gpu.name, gpu.slug, template)
+                 for k, shape, template in specs]
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        outcomes = run_sweep(
+            tasks,
+            evaluator_for=lambda t: GpuEvaluator(t, reps=args.reps, warmup=args.warmup),
+            feasibility_for=lambda t: Feasibility(t, registry_static(t, gpu.arch),
+                                                  gpu.max_shared_bytes),
+            out=args.out, mode=args.mode, trials=args.trials, seed=args.seed,
+            storage=args.storage, budget=Budget(args.time_budget),
+            progress=Progress(enabled=not args.no_progress),
+            warm=lambda items: gpu.precompile(items, args.jobs), workers=args.jobs,
+            command=shlex.join(["pycuda-heads", *sys.argv[1:]]))
+    except EvaluatorBroken as exc:
+        print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "
+              "command to resume", file=sys.stderr)
+        return 4
+    for o in outcomes:
+        best = "no validated configuration" if o.best is None else \
+            f"{o.best.time_us:.2f} us {o.best.params}"
+        default = "-" if o.default is None or o.default.time_us is None else \
+            f"{o.default.time_us:.2f} us"
+        print(f"{o.task.label():40s} best {best} (default {default})"
+              + (" [unfinished]" if o.stopped else ""))
+    return 0 if len(outcomes) == len(tasks) and not any(o.stopped for o in outcomes) else 3
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pycuda_heads.tuned_params import TABLE_DIR
+
+    from .export import export, slugs_with_data
+    slugs = [args.slug] if args.slug else slugs_with_data(args.reports)
+    if not slugs:
+        print(f"no tuning data under {args.reports}", file=sys.stderr)
+        return 2
+    for slug in slugs:
+        try:
+            path = export(args.reports, slug, args.out or TABLE_DIR)
+        except FileNotFoundError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_efficiency(args: argparse.Namespace) -> int:
+    import optuna
+
+    from .efficiency import run_efficiency
+    from .export import slugs_with_data
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    slugs = [args.slug] if args.slug else slugs_with_data(args.reports)
+    if not slugs:
+        print(f"no tuning data under {args.reports}", file=sys.stderr)
+        return 2
+    for slug in slugs:
+        print(f"wrote {run_efficiency(args.reports, slug, range(args.seeds), args.within)}")
+    return 0

@@ -1,0 +1,100 @@
+"""Tuner efficiency, on the CPU: replay TPE (as the tuner configures it) against each
+exhaustive cache over a few seeds and count the trials it needs to come within 3% of the
+exhaustive best. Written to ``reports/<slug>/tuning/efficiency.json`` for the reports."""
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from pathlib import Path
+from typing import Any, Sequence
+
+import optuna
+
+from .budget import Budget
+from .cache import TuningCache
+from .progress import Progress
+from .replay import Replay
+from .session import Session
+from .spaces import all_points, point_key
+from .storage import cache_files, tuning_dir
+from .study import make_sampler, run_tpe
+from .task import TuningTask
+
+log = logging.getLogger("pycuda_heads.tuning")
+EFFICIENCY = "efficiency.json"
+
+
+def trials_to_within(task: TuningTask, replay: Replay, target_us: float, seed: int,
+                     max_trials: int) -> tuple[int | None, int | None]:
+    """(trials, distinct configurations) TPE took until its best validated time was at most
+    ``target_us``; (None, None) if it did not get there in ``max_trials``."""
+    cache = TuningCache(task)  # in memory: the replay must not touch the real record
+    session = Session(task, replay, replay, cache)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
+                                sampler=make_sampler(seed))
+
+    def reached(study: optuna.Study, _: Any) -> None:
+        best = cache.best()
+        if best is not None and best.time_us <= target_us:
+            study.stop()
+
+    run_tpe(session, study, seed=seed, trials=max_trials, budget=Budget(),
+            progress=Progress(enabled=False), callbacks=[reached])
+    point_of = {n: point_key(e.params) for e in cache.evaluations for n in e.trial_numbers}
+    seen: set[str] = set()
+    for n, h in enumerate(cache.history, start=1):
+        seen.add(point_of[h["trial"]])
+        if h["best_so_far_us"] is not None and h["best_so_far_us"] <= target_us:
+            return n, len(seen)
+    return None, None
+
+
+def efficiency_of(data: dict[str, Any], seeds: Sequence[int], within: float = 0.03
+                  ) -> dict[str, Any] | None:
+    """The efficiency record of one cache file's JSON; None when it is not exhaustive (some
+    point was never evaluated) or has no validated best."""
+    task = TuningTask.from_registry(data["kernel"], data["shape"], data["gpu"],
+                                    data["gpu_slug"], data["template"])
+    recorded = TuningCache(task)
+    recorded.fill(data)
+    points = all_points(task.space)
+    replay = Replay(recorded.evaluations)
+    best = recorded.best()
+    if best is None or not replay.covers(points):
+        return None
+    runs = [trials_to_within(task, replay, best.time_us * (1 + within), seed, 2 * len(points))
+            for seed in seeds]
+    trials = [r[0] for r in runs]
+    return {"kernel": task.kernel, "shape": dict(task.shape), "n_points": len(points),
+            "n_timed": sum(e.time_us is not None for e in recorded.evaluations),
+            "exhaustive_best_us": best.time_us, "exhaustive_best_params": best.params,
+            "within": within, "seeds": list(seeds), "trials_to_3pct": trials,
+            "configurations_to_3pct": [r[1] for r in runs],
+            "median_trials_to_3pct": _median(trials)}
+
+
+def run_efficiency(reports: Path, slug: str, seeds: Sequence[int] = range(5),
+                   within: float = 0.03) -> Path:
+    tdir = tuning_dir(reports, slug)
+    records = []
+    for path in cache_files(tdir):
+        record = efficiency_of(json.loads(path.read_text()), list(seeds), within)
+        if record is None:
+            log.info("%s: not an exhaustive cache with a validated best; skipped", path.name)
+        else:
+            records.append(record)
+            log.info("%s %s: trials to within %.0f%%: %s", record["kernel"], record["shape"],
+                     100 * within, record["trials_to_3pct"])
+    out = tdir / EFFICIENCY
+    out.write_text(json.dumps(records, indent=1) + "\n")
+    return out
+
+
+def _median(values: list[int | None]) -> float | None:
+    """Median with 'never' counted as worse than any count; None when that is the median."""
+    ranked = sorted(values, key=lambda v: float("inf") if v is None else v)
+    if not ranked:
+        return None
+    lo, hi = ranked[(len(ranked) - 1) // 2], ranked[len(ranked) // 2]
+    return None if lo is None or hi is None else float(statistics.mean((lo, hi)))

@@ -1,0 +1,96 @@
+"""``export``: the best validated configuration of every tuned task -> the per-GPU table the
+ops read at run time (``pycuda_heads/tuned/<slug>.json``, format in ``tuned_params``), with
+provenance: date, commit, trials run, tuning time, validation summary."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .cache import FAILED_VALIDATION
+from .runlog import read_runs
+from .storage import cache_files, tuning_dir
+
+
+def build_table(reports: Path, slug: str) -> dict[str, Any]:
+    tdir = tuning_dir(reports, slug)
+    caches = [json.loads(p.read_text()) for p in cache_files(tdir)]
+    if not caches:
+        raise FileNotFoundError(f"no tuning data in {tdir}; run `pycuda-heads sweep` first")
+    entries, missing, failures = [], [], []
+    for c in caches:
+        evals = c["evaluations"]
+        failures += [{"kernel": c["kernel"], "shape": c["shape"], "params": e["params"],
+                      "reason": e["reason"]} for e in evals if e["state"] == FAILED_VALIDATION]
+        if c["best"] is None:
+            missing.append({"kernel": c["kernel"], "template": c["template"], "shape": c["shape"]})
+            continue
+        best = next(e for e in evals if e["params"] == c["best"]["params"])
+        entries.append({
+            "kernel": c["kernel"], "template": c["template"], "shape": c["shape"],
+            "params": best["params"], "time_us": best["time_us"],
+            "default_time_us": c["default_time_us"], "validated": best["validated"],
+            "p20_us": best["p20_us"], "p80_us": best["p80_us"],
+            "default_params": c["default_params"],
+            "speedup": (c["default_time_us"] / best["time_us"]
+                        if c["default_time_us"] and best["time_us"] else None),
+            "source_hash": c.get("source_hash", ""),
+        })
+    entries.sort(key=lambda e: (e["kernel"], sorted(e["template"].items()),
+                                sorted(e["shape"].items())))
+    runs = read_runs(tdir)
+    return {
+        "gpu": caches[0]["gpu"], "slug": slug,
+        "provenance": {
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            **git_state(reports),
+            "trials_run": sum(len(c["history"]) for c in caches),
+            "configurations_timed": sum(e["time_us"] is not None
+                                        for c in caches for e in c["evaluations"]),
+            "tuning_wall_s": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
+            "tuning_runs": len(runs),
+            "validation": {
+                "exported": len(entries),
+                "exported_validated": sum(e["validated"] for e in entries),
+                "configurations_passed": sum(e["validated"] for c in caches
+                                             for e in c["evaluations"]),
+                "configurations_failed": len(failures),
+                "failures": failures,
+                "tasks_without_validated_best": missing,
+            },
+        },
+        "entries": entries,
+    }
+
+
+def export(reports: Path, slug: str, out_dir: Path) -> Path:
+    table = build_table(reports, slug)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{slug}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def git_state(where: Path) -> dict[str, Any]:
+    """The commit the tuning data goes with (None outside a git checkout or before the first
+    commit) and whether the working tree had changes."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True,
+                                  text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    status = git("status", "--porcelain")
+    return {"git_commit": git("rev-parse", "HEAD"),
+            "git_dirty": None if status is None else bool(status)}
+
+
+def slugs_with_data(reports: Path) -> list[str]:
+    return sorted(p.parent.name for p in Path(reports).glob("*/tuning") if cache_files(p))

@@ -1,0 +1,82 @@
+"""Tuning many tasks in one run (the ``sweep`` and ``tune`` commands): decide feasibility of
+every point of every task first (static checks in parallel threads), let the caller compile
+the variants that will be timed (in parallel processes), then tune task after task until the
+time budget is spent. Finished tasks stay finished; a re-run resumes the rest."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Callable, Sequence
+
+from optuna.storages import BaseStorage
+
+from pycuda_heads.space import Point
+
+from . import constraints
+from .budget import Budget
+from .cache import TuningCache
+from .constraints import Feasibility
+from .progress import Progress
+from .runlog import append_run
+from .session import Evaluator
+from .spaces import all_points
+from .storage import cache_path, tuning_dir
+from .task import TuningTask
+from .tune import TuneOutcome, tune
+
+log = logging.getLogger("pycuda_heads.tuning")
+
+#: receives every (task, point) that is feasible and not timed yet, before any timing
+Warm = Callable[[list[tuple[TuningTask, Point]]], None]
+
+
+def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTask], Evaluator],
+              feasibility_for: Callable[[TuningTask], Feasibility], out: Path,
+              mode: str = "exhaustive", trials: int = 40, seed: int = 0,
+              storage: str | BaseStorage | None = None, budget: Budget | None = None,
+              progress: Progress | None = None, warm: Warm | None = None, workers: int = 1,
+              command: str = "") -> list[TuneOutcome]:
+    budget = budget or Budget()
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    plans = [(task, feasibility_for(task)) for task in tasks]
+    pending = [(task, feas, p) for task, feas in plans for p in _untimed(task, feas, out)]
+    constraints.warm([(feas, p) for _, feas, p in pending], workers)
+    if warm is not None:
+        warm([(task, p) for task, feas, p in pending if feas(p) is None])
+    log.info("%d tasks: feasibility decided and variants prepared in %.1f s",
+             len(tasks), budget.elapsed())
+    outcomes: list[TuneOutcome] = []
+    try:
+        for task, feas in plans:
+            if budget.expired():
+                break
+            outcomes.append(tune(task, evaluator_for(task), feas, out=out, mode=mode,
+                                 trials=trials, seed=seed, storage=storage, budget=budget,
+                                 progress=progress))
+    finally:  # an interrupted run is logged too: its time counts in the provenance
+        _log_run(tasks, outcomes, out, command=command, started=started, mode=mode, seed=seed,
+                 budget=budget)
+    return outcomes
+
+
+def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path, *,
+             command: str, started: str, mode: str, seed: int, budget: Budget) -> None:
+    done = sum(not o.stopped for o in outcomes)
+    stopped = done < len(tasks)
+    for slug in sorted({t.slug for t in tasks}):
+        append_run(tuning_dir(out, slug), {
+            "command": command, "started": started, "wall_s": round(budget.elapsed(), 1),
+            "mode": mode, "seed": seed, "tasks": len(tasks), "tasks_done": done,
+            "trials": sum(o.trials for o in outcomes), "timed": sum(o.timed for o in outcomes),
+            "unfinished": stopped})
+    if stopped:
+        log.warning("stopped after %.0f s: %d of %d tasks done; re-run the same command to "
+                    "resume", budget.elapsed(), done, len(tasks))
+
+
+def _untimed(task: TuningTask, feas: Feasibility, out: Path) -> list[Point]:
+    """Points of ``task`` that pass its restrictions and have no cached result yet."""
+    cache = TuningCache.load(task, cache_path(tuning_dir(out, task.slug), task))
+    return [p for p in all_points(task.space)
+            if cache.get(p) is None and feas.restriction(p) is None]
