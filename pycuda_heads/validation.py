@@ -92,7 +92,8 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_record(out_dir: Path, kernels: list[str] | None = None) -> dict[str, Any]:
+def write_record(out_dir: Path, kernels: list[str] | None = None,
+                 commit: str | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
     from .device import gpu_name, gpu_slug
@@ -104,7 +105,7 @@ def write_record(out_dir: Path, kernels: list[str] | None = None) -> dict[str, A
         variants.append(variant_record(kernel, params, source, shapes))
     record = {"gpu": gpu_name(), "gpu_slug": slug,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "commit": git_commit(), "sources_hash": sources_hash(),
+              "commit": commit or git_commit(), "sources_hash": sources_hash(),
               "seconds": round(time.perf_counter() - started, 1),
               "summary": {"variants": len(variants),
                           "passed": sum(v["passed"] for v in variants),
@@ -117,7 +118,7 @@ def write_record(out_dir: Path, kernels: list[str] | None = None) -> dict[str, A
 
 
 def _run(args: argparse.Namespace) -> int:
-    record = write_record(Path(args.out), args.kernels)
+    record = write_record(Path(args.out), args.kernels, args.commit)
     for v in record["variants"]:
         status = "PASS" if v["passed"] else "FAIL"
         err = f"{v['max_rel_err']:.2e}" if v["max_rel_err"] is not None else "-"
@@ -136,4 +137,5 @@ def register(sub: Any) -> None:
                                         "reports/<gpu>/validation.json")
     p.add_argument("--out", default="reports", help="reports folder (default: reports)")
     p.add_argument("--kernels", nargs="*", choices=sorted(KERNELS), help="only these kernels")
+    p.add_argument("--commit", help="commit to record (default: git rev-parse, else 'unknown')")
     p.set_defaults(func=_run)
