@@ -1,0 +1,57 @@
+"""The shipped tuned tables: every entry is found by the run-time lookup at its own shape, nearby
+shapes pick the nearest entry, and on a GPU with a table the ops launch with its parameters."""
+import json
+
+import numpy as np
+import pytest
+
+from pycuda_heads.registry import KERNELS
+from pycuda_heads.tuned_params import TABLE_DIR, lookup
+
+TABLES = sorted(TABLE_DIR.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
+def test_every_entry_is_what_the_lookup_returns(path):
+    table = json.loads(path.read_text())
+    assert table["entries"] and table["provenance"]["git_commit"]
+    for entry in table["entries"]:
+        params, source = lookup(entry["kernel"], entry["template"], entry["shape"], path.stem)
+        assert params == entry["params"] and source.startswith(f"tuned {path.stem}")
+        assert KERNELS[entry["kernel"]].space.violated(params, entry["template"]) is None
+
+
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
+def test_an_untuned_shape_takes_the_nearest_entry(path):
+    table = json.loads(path.read_text())
+    pool = [e for e in table["entries"] if e["kernel"] == "pool.forward"]
+    if not pool:
+        pytest.skip(f"{path.stem} has no pool.forward entries")
+    target = {"B": 3000, "K": 250}
+    nearest = min(pool, key=lambda e: sum(abs(np.log(e["shape"][k] / target[k])) for k in target))
+    params, source = lookup("pool.forward", nearest["template"], target, path.stem)
+    assert params == nearest["params"] and "B=" in source
+
+
+def test_no_table_means_the_default():
+    params, source = lookup("pool.forward", {"N_HORIZONS": 5, "HIDDEN_DIM": 128},
+                            {"B": 8, "K": 8}, "no-such-gpu")
+    assert params is None and source.startswith("default")
+
+
+@pytest.mark.gpu
+def test_ops_launch_with_the_shipped_table_on_this_gpu():
+    import pycuda_heads as ph
+    from pycuda_heads.device import gpu_slug
+    from pycuda_heads.tuned_params import load_table
+    table = load_table(gpu_slug())
+    if table is None:
+        pytest.skip(f"no tuned table ships for {gpu_slug()}")
+    entry = next(e for e in table["entries"] if e["kernel"] == "pool.forward")
+    rng = np.random.default_rng(0)
+    b, k = entry["shape"]["B"], entry["shape"]["K"]
+    pool = ph.PerHorizonAttentionPool(5, 128)
+    pool.forward(rng.standard_normal((5, 128), dtype=np.float32),
+                 rng.standard_normal((b, k, 128), dtype=np.float32))
+    assert pool.chosen["forward"]["params"] == entry["params"]
+    assert pool.chosen["forward"]["source"].startswith(f"tuned {gpu_slug()} pool.forward")
