@@ -472,9 +472,3 @@ def main(args: argparse.Namespace) -> int:
     print(f"{len(rows)} rows appended to {path} in {time.perf_counter() - start:.0f} s")
     return 0
 
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pycuda_heads.bench", description=__doc__)
-    add_arguments(_parser)
-    raise SystemExit(main(_parser.parse_args()))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -116,9 +115,3 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {build_index(root)}")
     return 0
 
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pycuda_heads.report", description=__doc__)
-    add_arguments(_parser)
-    raise SystemExit(main(_parser.parse_args()))

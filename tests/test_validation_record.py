@@ -14,7 +14,7 @@ RECORDS = sorted(REPORTS.glob("*/validation.json"))
 
 
 def test_a_gpu_validation_record_is_committed():
-    assert RECORDS, f"no reports/<gpu>/validation.json; run `pycuda-heads validate` on a GPU"
+    assert RECORDS, "no reports/<gpu>/validation.json; run `pycuda-heads validate` on a GPU"
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.parent.name)
