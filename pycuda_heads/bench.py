@@ -21,7 +21,6 @@ import functools
 import importlib
 import json
 import logging
-import math
 import subprocess
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import numpy as np
 from . import __version__, device, timing
 from .alpha_gate import AlphaGate
 from .attention_pool import PerHorizonAttentionPool
+from .floor import floor_bytes as kernel_floor_bytes
 from .frd import FrdSoftmaxCE
 from .registry import SUITE_TEMPLATE
 from .residual import PerHorizonResidual
@@ -46,7 +46,6 @@ SHAPES: dict[str, tuple[dict[str, int], ...]] = {
 LIBRARY = ("tuned", "default")
 PEERS = ("torch_eager", "torch_compile")
 BOTH = "fwd+bwd"
-ELEMENT_BYTES = 4  # every tensor is float32 or int32
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
            "reps", "python_call_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
@@ -77,6 +76,11 @@ PRIMITIVES: dict[tuple[str, str], Pass] = {
                                ("grad_residual", "grad_alpha")),
     ("frd", BOTH): Pass("softmax_ce_grad", ("logits", "labels"), ("grad_logits", "ce")),
 }
+
+
+# The kernel behind each primitive pass (the FRD pass is the one fused kernel).
+KERNEL_OF = {(op, p): "frd.softmax_ce_grad" if op == "frd" else f"{op}.{p}"
+             for op, p in PRIMITIVES}
 
 
 def tensor_shapes(op: str, shape: Mapping[str, int],
@@ -116,14 +120,14 @@ def primitives(op: str, pass_: str) -> tuple[str, ...]:
 
 def floor_bytes(op: str, pass_: str, shape: Mapping[str, int],
                 template: Mapping[str, int] = SUITE_TEMPLATE) -> int:
-    """Bytes ``pass_`` must move: each argument read once, each output written once.
+    """Bytes ``pass_`` must move: each argument read once, each output written once
+    (``floor.floor_bytes`` of the kernels it calls).
 
     fwd+bwd is the sum of the two passes: the rest of the network runs between them, so the
     backward reads its inputs again.
     """
-    sizes = {name: math.prod(dims) for name, dims in tensor_shapes(op, shape, template).items()}
-    calls = [PRIMITIVES[op, p] for p in primitives(op, pass_)]
-    return ELEMENT_BYTES * sum(sizes[n] for c in calls for n in c.reads + c.writes)
+    return sum(kernel_floor_bytes(KERNEL_OF[op, p], template, shape)
+               for p in primitives(op, pass_))
 
 
 def shape_label(shape: Mapping[str, int]) -> str:
@@ -299,7 +303,7 @@ class Bench:
                      "commit": commit, "library_version": __version__,
                      "torch_version": torch_version, **harness.env()}
         self._ops: dict[tuple[str, str], Any] = {}
-        self.bandwidth = math.nan  # GB/s, measured first thing in run()
+        self.bandwidth = float("nan")  # GB/s, measured first thing in run()
 
     def shapes(self, op: str) -> tuple[dict[str, int], ...]:
         suite = SHAPES[op]
