@@ -6,13 +6,13 @@ Importing needs no GPU (PyCUDA is imported when the first op is constructed):
     pool = ph.PerHorizonAttentionPool(n_horizons=5, hidden_dim=128)
     ctx, attn = pool.forward(q_h, ln)
 """
-from .alpha_gate import AlphaGate
-from .attention_pool import PerHorizonAttentionPool
-from .compile import LaunchError
-from .device import GpuUnavailableError, gpu_available
-from .frd import FrdSoftmaxCE
-from .reduce import ReduceAxis0, reduce_axis0
-from .residual import PerHorizonResidual
+from .core.compile import LaunchError
+from .core.device import GpuUnavailableError, gpu_available
+from .ops.frd import FrdSoftmaxCE
+from .ops.gate import AlphaGate
+from .ops.pool import PerHorizonAttentionPool
+from .ops.reduce import ReduceAxis0, reduce_axis0
+from .ops.residual import PerHorizonResidual
 
 __version__ = "0.1.0"
 __all__ = ["AlphaGate", "FrdSoftmaxCE", "GpuUnavailableError", "LaunchError",

@@ -1,4 +1,5 @@
-"""The ``pycuda-heads`` command: check, validate, tune, sweep, export, bench, report."""
+"""The ``pycuda-heads`` command: check, validate, tune, sweep, export, efficiency, bench,
+report."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pycuda-heads", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
     sub = parser.add_subparsers(dest="command", required=True)
-    from . import bench, report, static_cli, validation
+    from .perf import bench
+    from .report import build
     from .tuning import cli as tuning_cli
-    for module in (static_cli, validation, tuning_cli, bench, report):
+    from .verify import static_check, validation
+    for module in (static_check, validation, tuning_cli, bench, build):
         module.register(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1,7 +1,10 @@
-"""NumPy references of every op (DESIGN.md section 1): the contract kernels are tested against.
-Computed in float64 by default; ``dtype=np.float32`` gives the same math in the working precision,
-whose own error against float64 sets the scale of the kernels' tolerances. No GPU involved."""
+"""NumPy references of every op: the contract kernels are tested against. Computed in float64
+by default; ``dtype=np.float32`` gives the same math in the working precision, whose own error
+against float64 sets the scale of the kernels' tolerances. Also the central-difference gradient
+check every op's parity test uses. No GPU involved; imports nothing of the package."""
 from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -99,3 +102,37 @@ def frd_loss(logits: ArrayLike, labels: ArrayLike) -> float:
 def reduce_axis0(x: ArrayLike, dtype: type = np.float64) -> np.ndarray:
     (x,) = _cast(dtype, x)
     return x.sum(axis=0)
+
+
+# The parity tests: central differences at +-1e-2 of a float32 forward, passing within 5e-2
+# relative or 5e-3 absolute.
+PARITY_EPS, PARITY_RTOL, PARITY_ATOL = 1e-2, 5e-2, 5e-3
+
+
+def random_indices(rng: np.random.Generator, shape: Sequence[int], n: int) -> list[tuple]:
+    return [tuple(int(rng.integers(s)) for s in shape) for _ in range(n)]
+
+
+def central_differences(loss: Callable[[], float], arrays: Mapping[str, np.ndarray],
+                        analytic: Mapping[str, np.ndarray], probes: Mapping[str, list[tuple]],
+                        eps: float = PARITY_EPS, rtol: float = PARITY_RTOL,
+                        atol: float = PARITY_ATOL) -> dict[str, Any]:
+    """Central differences of ``loss`` (which reads ``arrays``, perturbed in place and
+    restored) at ``probes``, against the ``analytic`` gradients."""
+    worst_rel, worst_abs, ok = 0.0, 0.0, True
+    for name, idxs in probes.items():
+        x = arrays[name]
+        for i in idxs:
+            old = x[i]
+            x[i] = old + x.dtype.type(eps)
+            hi = loss()
+            x[i] = old - x.dtype.type(eps)
+            lo = loss()
+            x[i] = old
+            num, ana = (hi - lo) / (2 * eps), float(analytic[name][i])
+            err = abs(num - ana)
+            rel = err / max(abs(num), 1e-30)
+            ok &= err <= atol or rel <= rtol
+            worst_rel, worst_abs = max(worst_rel, min(rel, 1e30)), max(worst_abs, err)
+    return {"passed": bool(ok), "max_rel_err_numgrad": worst_rel, "max_abs_err_numgrad": worst_abs,
+            "probes": sum(len(v) for v in probes.values())}

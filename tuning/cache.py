@@ -7,17 +7,15 @@ was timing.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pycuda_heads.space import Point
+from pycuda_heads import records
+from pycuda_heads.core.space import Point
 
-from .spaces import point_key
-from .task import TuningTask
+from .spaces import TuningTask, point_key
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -68,7 +66,7 @@ class TuningCache:
         cache = cls(task, path)
         if not path.is_file():
             return cache
-        data = json.loads(path.read_text())
+        data = records.read_json(path, "tuning cache")
         if data.get("source_hash", "") != task.source_hash:
             log.warning("%s: kernel sources changed since %s was written; starting afresh",
                         task.label(), path)
@@ -140,7 +138,5 @@ class TuningCache:
     def save(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json()))  # compact: the C encoder, fast to rewrite
-        os.replace(tmp, self.path)  # atomic: a kill mid-write leaves the previous file intact
+        # compact (the C encoder, fast to rewrite); atomic: a kill leaves the previous file
+        records.write_json(self.path, self.to_json(), indent=None)

@@ -60,34 +60,36 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .spaces import parse_dims
+    from pycuda_heads.records import parse_dims
     template = parse_dims(args.template) if args.template else None
     return _run(args, [(args.kernel, parse_dims(args.shape), template)])
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from pycuda_heads.suite import SUITE
-    kernels = args.kernels.split(",") if args.kernels else list(SUITE)
-    unknown = sorted(set(kernels) - set(SUITE))
+    from pycuda_heads.catalog import catalog
+    tasks = catalog().tasks()
+    kernels = args.kernels.split(",") if args.kernels else [s.id for s in catalog()]
+    unknown = sorted(set(kernels) - {s.id for s in catalog()})
     if unknown:
-        print(f"unknown kernels {unknown}; the suite has {sorted(SUITE)}", file=sys.stderr)
+        print(f"unknown kernels {unknown}; the suite has {sorted(catalog().specs)}",
+              file=sys.stderr)
         return 2
-    return _run(args, [(k, shape, None) for k in kernels for shape in SUITE[k]])
+    return _run(args, [(s.id, shape, template) for s, template, shape in tasks
+                       if s.id in kernels])
 
 
 def _run(args: argparse.Namespace, specs: list) -> int:
     import optuna
 
-    from pycuda_heads.device import GpuUnavailableError
+    from pycuda_heads.catalog import catalog
+    from pycuda_heads.core.device import GpuUnavailableError
 
-    from .budget import Budget
-    from .constraints import Feasibility, registry_static
-    from .gpu import GpuContext
-    from .objective import GpuEvaluator
-    from .progress import Progress
+    from .constraints import Feasibility, spec_static
+    from .objective import GpuContext, GpuEvaluator
+    from .progress import Budget, Progress
     from .session import EvaluatorBroken
+    from .spaces import TuningTask
     from .sweep import run_sweep
-    from .task import TuningTask
 
     try:
         gpu = GpuContext.current()
@@ -96,16 +98,16 @@ def _run(args: argparse.Namespace, specs: list) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        tasks = [TuningTask.from_registry(k, shape, gpu.name, gpu.slug, template)
+        tasks = [TuningTask.from_spec(catalog()[k], shape, gpu.name, gpu.slug, template)
                  for k, shape, template in specs]
-    except ValueError as exc:
+    except (KeyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
     try:
         outcomes = run_sweep(
             tasks,
             evaluator_for=lambda t: GpuEvaluator(t, reps=args.reps, warmup=args.warmup),
-            feasibility_for=lambda t: Feasibility(t, registry_static(t, gpu.arch),
+            feasibility_for=lambda t: Feasibility(t, spec_static(t, gpu.arch),
                                                   gpu.max_shared_bytes),
             out=args.out, mode=args.mode, trials=args.trials, seed=args.seed,
             storage=args.storage, budget=Budget(args.time_budget),
@@ -127,7 +129,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from pycuda_heads.tuned_params import TABLE_DIR
+    from pycuda_heads.core.tuned import TABLE_DIR
 
     from .export import export, slugs_with_data
     slugs = [args.slug] if args.slug else slugs_with_data(args.reports)

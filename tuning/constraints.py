@@ -8,10 +8,10 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from pycuda_heads.space import SM90_MAX_SHARED_BYTES, Point
+from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
+from pycuda_heads.records import dims_label
 
-from .spaces import dims_key, point_key
-from .task import TuningTask
+from .spaces import TuningTask, point_key
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -43,18 +43,16 @@ class Feasibility:
 
     def variant(self, point: Point) -> str:
         """The compiled variant a point is (shared by every shape and by kernels of one file)."""
-        return f"{self.task.family}:{dims_key({**self.task.template, **point})}"
+        return f"{self.task.family}:{dims_label({**self.task.template, **point})}"
 
 
-def registry_static(task: TuningTask, arch: str) -> StaticCheck:
-    """The registry's static check of ``task``'s kernel as a reason (None when it is ok)."""
-    from pycuda_heads.registry import KERNELS, static_check
-    from pycuda_heads.static_check import NvccUnavailableError
-    info = KERNELS[task.kernel]
+def spec_static(task: TuningTask, arch: str) -> StaticCheck:
+    """The static check of ``task``'s kernel as a reason (None when the point is ok)."""
+    from pycuda_heads.verify.static_check import NvccUnavailableError, check_kernel
 
     def check(point: Point) -> str | None:
         try:
-            report = static_check(info, dict(point), arch, dict(task.template))
+            report = check_kernel(task.spec, dict(point), arch, dict(task.template))
         except NvccUnavailableError:
             raise  # a missing compiler says nothing about the point
         except RuntimeError as exc:

@@ -3,26 +3,31 @@ exhaustive cache over a few seeds and count the trials it needs to come within 3
 exhaustive best. Written to ``reports/<slug>/tuning/efficiency.json`` for the reports."""
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import optuna
 
-from .budget import Budget
-from .cache import TuningCache
-from .progress import Progress
-from .replay import Replay
+from pycuda_heads import records
+from pycuda_heads.core.space import Point
+
+from .cache import (
+    COMPLETE,
+    ERROR,
+    FAILED_VALIDATION,
+    INFEASIBLE,
+    Evaluation,
+    TuningCache,
+)
+from .progress import Budget, Progress
 from .session import Session
-from .spaces import all_points, point_key
+from .spaces import TuningTask, all_points, point_key
 from .storage import cache_files, tuning_dir
 from .study import make_sampler, run_tpe
-from .task import TuningTask
 
 log = logging.getLogger("pycuda_heads.tuning")
-EFFICIENCY = "efficiency.json"
 
 
 def trials_to_within(task: TuningTask, replay: Replay, target_us: float, seed: int,
@@ -54,8 +59,11 @@ def efficiency_of(data: dict[str, Any], seeds: Sequence[int], within: float = 0.
                   ) -> dict[str, Any] | None:
     """The efficiency record of one cache file's JSON; None when it is not exhaustive (some
     point was never evaluated) or has no validated best."""
-    task = TuningTask.from_registry(data["kernel"], data["shape"], data["gpu"],
-                                    data["gpu_slug"], data["template"])
+    from pycuda_heads.catalog import catalog
+    if data["kernel"] not in catalog():
+        return None
+    task = TuningTask.from_spec(catalog()[data["kernel"]], data["shape"], data["gpu"],
+                                data["gpu_slug"], data["template"])
     recorded = TuningCache(task)
     recorded.fill(data)
     points = all_points(task.space)
@@ -77,17 +85,17 @@ def efficiency_of(data: dict[str, Any], seeds: Sequence[int], within: float = 0.
 def run_efficiency(reports: Path, slug: str, seeds: Sequence[int] = range(5),
                    within: float = 0.03) -> Path:
     tdir = tuning_dir(reports, slug)
-    records = []
+    rows = []
     for path in cache_files(tdir):
-        record = efficiency_of(json.loads(path.read_text()), list(seeds), within)
+        record = efficiency_of(records.read_json(path, "tuning cache"), list(seeds), within)
         if record is None:
             log.info("%s: not an exhaustive cache with a validated best; skipped", path.name)
         else:
-            records.append(record)
+            rows.append(record)
             log.info("%s %s: trials to within %.0f%%: %s", record["kernel"], record["shape"],
                      100 * within, record["trials_to_3pct"])
-    out = tdir / EFFICIENCY
-    out.write_text(json.dumps(records, indent=1) + "\n")
+    out = tdir / records.EFFICIENCY_JSON
+    records.write_json(out, rows)
     return out
 
 
@@ -98,3 +106,34 @@ def _median(values: list[int | None]) -> float | None:
         return None
     lo, hi = ranked[(len(ranked) - 1) // 2], ranked[len(ranked) // 2]
     return None if lo is None or hi is None else float(statistics.mean((lo, hi)))
+
+
+class Replay:
+    """Feasibility (``replay(point)``) and evaluator (``time``/``validate``) from recorded
+    evaluations. A timed configuration that was never validated (it was slower than a
+    validated one) is taken to pass."""
+
+    def __init__(self, evaluations: list[Evaluation]):
+        self._evals = {point_key(e.params): e for e in evaluations}
+
+    def covers(self, points: list[Point]) -> bool:
+        return all(point_key(p) in self._evals for p in points)
+
+    def _get(self, params: Point) -> Evaluation:
+        return self._evals[point_key(params)]
+
+    def __call__(self, params: Point) -> str | None:
+        ev = self._get(params)
+        return ev.reason if ev.state == INFEASIBLE else None
+
+    def time(self, params: Point) -> Mapping[str, float]:
+        ev = self._get(params)
+        if ev.state == ERROR:
+            raise RuntimeError(ev.reason or "recorded error")
+        return {"median_us": ev.time_us, "p20_us": ev.p20_us, "p80_us": ev.p80_us}
+
+    def validate(self, params: Point) -> tuple[bool, str | None]:
+        ev = self._get(params)
+        if ev.state == FAILED_VALIDATION:
+            return False, ev.reason
+        return ev.state == COMPLETE, None

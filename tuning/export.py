@@ -4,20 +4,18 @@ provenance: date, commit, trials run, tuning time, validation summary."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from pycuda_heads import records
+
 from .cache import FAILED_VALIDATION
-from .runlog import read_runs
-from .storage import cache_files, tuning_dir
+from .storage import cache_files, read_runs, tuning_dir
 
 
 def build_table(reports: Path, slug: str) -> dict[str, Any]:
     tdir = tuning_dir(reports, slug)
-    caches = [json.loads(p.read_text()) for p in cache_files(tdir)]
+    caches = [records.read_json(p, "tuning cache") for p in cache_files(tdir)]
     if not caches:
         raise FileNotFoundError(f"no tuning data in {tdir}; run `pycuda-heads sweep` first")
     entries, missing, failures = [], [], []
@@ -46,7 +44,7 @@ def build_table(reports: Path, slug: str) -> dict[str, Any]:
         "gpu": caches[0]["gpu"], "slug": slug,
         "provenance": {
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            **git_state(reports),
+            **_git(reports),
             "trials_run": sum(len(c["history"]) for c in caches),
             "configurations_timed": sum(e["time_us"] is not None
                                         for c in caches for e in c["evaluations"]),
@@ -68,29 +66,15 @@ def build_table(reports: Path, slug: str) -> dict[str, Any]:
 
 def export(reports: Path, slug: str, out_dir: Path) -> Path:
     table = build_table(reports, slug)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{slug}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(table, indent=1) + "\n")
-    os.replace(tmp, path)
+    path = Path(out_dir) / f"{slug}.json"
+    records.write_json(path, table)
     return path
-
-
-def git_state(where: Path) -> dict[str, Any]:
-    """The commit the tuning data goes with (None outside a git checkout or before the first
-    commit) and whether the working tree had changes."""
-    def git(*args: str) -> str | None:
-        try:
-            proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True,
-                                  text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return proc.stdout.strip() if proc.returncode == 0 else None
-
-    status = git("status", "--porcelain")
-    return {"git_commit": git("rev-parse", "HEAD"),
-            "git_dirty": None if status is None else bool(status)}
 
 
 def slugs_with_data(reports: Path) -> list[str]:
     return sorted(p.parent.name for p in Path(reports).glob("*/tuning") if cache_files(p))
+
+
+def _git(where: Path) -> dict[str, Any]:
+    state = records.git_state(where)
+    return {"git_commit": state["commit"], "git_dirty": state["dirty"]}

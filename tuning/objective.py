@@ -1,17 +1,25 @@
-"""The GPU objective: median kernel time from CUDA events over warm launches, on random
-inputs (never zeros), rotating input sets when they fit in L2; validation is the op's full
-GPU suite (``Case.validate``). Needs PyCUDA and a GPU; imported only by GPU commands."""
+"""The GPU side of tuning: the objective (median kernel time from CUDA events over warm
+launches, on random inputs that are never zeros, rotating input sets when they fit in L2;
+validation is the kernel's full GPU check, ``checks.validate_case``), the current GPU, and the
+warm-up that compiles every variant about to be timed. Imported only by GPU commands."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
-from pycuda_heads.device import cuda
-from pycuda_heads.space import Point
-from pycuda_heads.timing import gpu_time_us
+from pycuda_heads.core import device
+from pycuda_heads.core.compile import NVCC_OPTIONS
+from pycuda_heads.core.device import cuda
+from pycuda_heads.core.source import render
+from pycuda_heads.core.space import Point
+from pycuda_heads.perf.timing import gpu_time_us
 
 from .session import EvaluatorBroken
-from .task import TuningTask
+from .spaces import TuningTask
 
 MAX_INPUT_SETS = 4
 
@@ -23,9 +31,10 @@ class GpuEvaluator:
         self.warmup = warmup
 
     def _case(self, params: Point, seed: int) -> Any:
-        from pycuda_heads.cases import make_case  # builds device inputs: GPU commands only
-        return make_case(self.task.kernel, dict(self.task.shape), dict(params),
-                         dict(self.task.template), seed=seed)
+        # device inputs are made once per (task, seed) and shared by every candidate
+        from pycuda_heads.verify.cases import Case
+        return Case(self.task.spec, dict(self.task.shape), dict(params),
+                    dict(self.task.template), seed=seed)
 
     def time(self, params: Point) -> Mapping[str, float]:
         try:
@@ -41,7 +50,8 @@ class GpuEvaluator:
             raise
 
     def validate(self, params: Point) -> tuple[bool, str | None]:
-        result = self._case(params, 0).validate()
+        from pycuda_heads.verify.checks import validate_case
+        result = validate_case(self._case(params, 0))
         reason = "; ".join(result["failures"]) or "validation failed"
         if not context_alive():  # validation catches the kernel's error itself
             raise EvaluatorBroken(f"CUDA context lost during validation: {reason}")
@@ -70,3 +80,52 @@ def input_sets(floor_bytes: int) -> int:
 def l2_bytes() -> int:
     drv = cuda()
     return drv.Context.get_device().get_attribute(drv.device_attribute.L2_CACHE_SIZE)
+
+
+log = logging.getLogger("pycuda_heads.tuning")
+
+
+def compile_source(source: str, arch: str) -> str | None:
+    """Compile one rendered source into PyCUDA's disk cache; the error text when it fails."""
+    from pycuda.compiler import compile as nvcc_compile
+    try:
+        nvcc_compile(source, no_extern_c=True, options=list(NVCC_OPTIONS), arch=arch)
+    except Exception as exc:  # reported; the timing step records the failure as ERROR
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def compile_all(sources: Iterable[str], arch: str, workers: int) -> int:
+    """Compile every distinct source; returns how many failed."""
+    unique = list(dict.fromkeys(sources))
+    if not unique:
+        return 0
+    # spawn: the parent holds a CUDA context, which a forked child must not inherit
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context) as pool:
+        errors = list(pool.map(compile_source, unique, [arch] * len(unique)))
+    failed = [e for e in errors if e]
+    for error in failed[:3]:
+        log.warning("precompile failed: %s", error[:500])
+    log.info("compiled %d variants (%d failed)", len(unique), len(failed))
+    return len(failed)
+
+
+@dataclass(frozen=True)
+class GpuContext:
+    name: str
+    slug: str
+    arch: str
+    max_shared_bytes: int
+
+    @classmethod
+    def current(cls) -> "GpuContext":
+        """Raises GpuUnavailableError without PyCUDA or a device."""
+        major, minor = device.compute_capability()
+        return cls(device.gpu_name(), device.gpu_slug(), f"sm_{major}{minor}",
+                   device.max_shared_bytes())
+
+    def precompile(self, items: list[tuple[TuningTask, Point]], workers: int) -> int:
+        sources = [render(task.family, {**task.template, **point}, task.spec.source_dir)
+                   for task, point in items]
+        return compile_all(sources, self.arch, workers)

@@ -1,6 +1,7 @@
 """Progress bars: trials (or configurations timed), best time so far, current candidate."""
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 from tqdm.auto import tqdm
@@ -43,3 +44,15 @@ class Bar:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Budget:
+    def __init__(self, seconds: float | None = None):
+        self.seconds = seconds
+        self.start = time.monotonic()
+
+    def expired(self) -> bool:
+        return self.seconds is not None and self.elapsed() >= self.seconds
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start

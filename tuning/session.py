@@ -11,10 +11,17 @@ import logging
 from dataclasses import replace
 from typing import Callable, Mapping, Protocol
 
-from pycuda_heads.space import Point
+from pycuda_heads.core.space import Point
 
-from .cache import COMPLETE, ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation, TuningCache
-from .task import TuningTask
+from .cache import (
+    COMPLETE,
+    ERROR,
+    FAILED_VALIDATION,
+    INFEASIBLE,
+    Evaluation,
+    TuningCache,
+)
+from .spaces import TuningTask
 
 log = logging.getLogger("pycuda_heads.tuning")
 

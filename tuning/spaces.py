@@ -1,15 +1,19 @@
-"""Optuna's view of a kernel's launch-parameter space: one categorical per knob, and the
-canonical text keys that name points, template constants and shapes in files and studies."""
+"""Optuna's view of a kernel's launch-parameter space (one categorical per knob, the canonical
+key of a point) and what one study tunes: a kernel, its template constants, a problem shape,
+on one GPU."""
 from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from pycuda_heads.space import KernelSpace, Point
+from pycuda_heads.core.space import KernelSpace, Point
+from pycuda_heads.core.spec import KernelSpec
+from pycuda_heads.records import dims_label
 
 
 def distributions(space: KernelSpace) -> dict[str, CategoricalDistribution]:
@@ -36,20 +40,48 @@ def point_key(point: Mapping[str, Any]) -> str:
     return json.dumps(dict(point), sort_keys=True)
 
 
-def dims_key(dims: Mapping[str, Any]) -> str:
-    """'B=4096,K=256' (sorted) for file and study names; 'none' when there are no entries."""
-    return ",".join(f"{k}={int(dims[k])}" for k in sorted(dims)) or "none"
+@dataclass(frozen=True)
+class TuningTask:
+    kernel: str
+    space: KernelSpace
+    template: Mapping[str, int]
+    shape: Mapping[str, int]
+    gpu: str
+    slug: str
+    #: the kernel's declaration; None for synthetic spaces in tests
+    spec: KernelSpec | None = field(default=None, compare=False)
+    #: identity of the kernel sources: a change starts a fresh cache and study
+    source_hash: str = ""
+
+    @classmethod
+    def from_spec(cls, spec: KernelSpec, shape: Mapping[str, int], gpu: str, slug: str,
+                  template: Mapping[str, int] | None = None) -> "TuningTask":
+        from pycuda_heads.catalog import SUITE_TEMPLATE
+        return cls(kernel=spec.id, space=spec.space,
+                   template=spec.template({**SUITE_TEMPLATE, **(template or {})}),
+                   shape={k: int(v) for k, v in shape.items()}, gpu=gpu, slug=slug, spec=spec,
+                   source_hash=family_source_hash(spec))
+
+    @property
+    def family(self) -> str:
+        return self.spec.family if self.spec is not None else ""
+
+    @property
+    def name(self) -> str:
+        """File-name stem: '<kernel>__<template>__<shape>'."""
+        return f"{self.kernel}__{dims_label(self.template)}__{dims_label(self.shape)}"
+
+    @property
+    def study_name(self) -> str:
+        base = f"{self.slug}:{self.kernel}:{dims_label(self.template)}:{dims_label(self.shape)}"
+        return f"{base}:{self.source_hash}" if self.source_hash else base
+
+    def label(self) -> str:
+        return f"{self.kernel} {dims_label(self.shape)}"
 
 
-def parse_dims(text: str) -> dict[str, int]:
-    """'B=4096,K=256' -> {'B': 4096, 'K': 256}."""
-    out: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"expected NAME=INT pairs separated by commas, got {text!r}")
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            raise ValueError(f"{key.strip()} must be an integer in {text!r}") from None
-    return out
+def family_source_hash(spec: KernelSpec) -> str:
+    """Hash of a family's rendered source (shared header inlined) and the compiler options."""
+    from pycuda_heads.core.compile import NVCC_OPTIONS
+    from pycuda_heads.core.source import render, variant_hash
+    return variant_hash(render(spec.family, {}, spec.source_dir), NVCC_OPTIONS)

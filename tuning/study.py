@@ -16,11 +16,10 @@ from typing import Any, Callable, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pycuda_heads.space import KernelSpace
+from pycuda_heads.core.space import KernelSpace
 
-from .budget import Budget
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
-from .progress import Progress
+from .progress import Budget, Progress
 from .session import Session
 from .spaces import all_points, distributions, point_key, suggest
 
@@ -112,3 +111,19 @@ def record_exhaustive(session: Session, study: optuna.Study, seed: int) -> int:
         session.cache.add_trial(p, study.study_name, "exhaustive", seed, added[point_key(p)])
     session.cache.save()
     return len(points)
+
+
+def prefill(session: Session, budget: Budget, progress: Progress) -> bool:
+    """Evaluate every point not in the cache yet (the default first); False when the budget ran
+    out first (what was timed is kept in the cache; validation waits for the next run)."""
+    pending = [p for p in all_points(session.task.space) if session.cache.get(p) is None]
+    with progress.bar(len(pending), f"{session.task.label()} timing", unit="config") as bar:
+        for point in pending:
+            if budget.expired():
+                return False
+            bar.candidate(point)
+            session.evaluate(point)
+            best = min((e.time_us for e in session.cache.evaluations if e.counts), default=None)
+            bar.done(best)
+    session.settle()
+    return True

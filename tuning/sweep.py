@@ -11,18 +11,15 @@ from typing import Callable, Sequence
 
 from optuna.storages import BaseStorage
 
-from pycuda_heads.space import Point
+from pycuda_heads.core.space import Point
 
 from . import constraints
-from .budget import Budget
 from .cache import TuningCache
 from .constraints import Feasibility
-from .progress import Progress
-from .runlog import append_run
+from .progress import Budget, Progress
 from .session import Evaluator
-from .spaces import all_points
-from .storage import cache_path, tuning_dir
-from .task import TuningTask
+from .spaces import TuningTask, all_points
+from .storage import append_run, cache_path, tuning_dir
 from .tune import TuneOutcome, tune
 
 log = logging.getLogger("pycuda_heads.tuning")

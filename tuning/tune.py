@@ -7,19 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import optuna
 from optuna.storages import BaseStorage
 
-from pycuda_heads.space import Point
+from pycuda_heads.core.space import Point
 
-from .budget import Budget
 from .cache import ERROR, FAILED_VALIDATION, Evaluation, TuningCache
-from .exhaustive import prefill
-from .importance import importance
-from .progress import Progress
+from .progress import Budget, Progress
 from .session import Evaluator, Session
+from .spaces import TuningTask, distributions, point_key
 from .storage import cache_path, open_storage, open_study, tuning_dir
-from .study import MODES, make_sampler, record_exhaustive, remaining, run_tpe
-from .task import TuningTask
+from .study import MODES, make_sampler, prefill, record_exhaustive, remaining, run_tpe
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -70,3 +68,16 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
 
 def _fmt(ev: Evaluation | None) -> str:
     return "-" if ev is None or ev.time_us is None else f"{ev.time_us:.2f} us {ev.params}"
+
+
+def importance(task: TuningTask, evaluations: list[Evaluation]) -> dict[str, float]:
+    """Importance per knob from configurations that were timed and did not fail; {} unless at
+    least two of them differ in both time and knobs."""
+    timed = [e for e in evaluations if e.counts]
+    if len({e.time_us for e in timed}) < 2 or len({point_key(e.params) for e in timed}) < 2:
+        return {}
+    dists = distributions(task.space)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    study.add_trials([optuna.trial.create_trial(params=e.params, distributions=dists,
+                                                value=e.time_us) for e in timed])
+    return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}

@@ -1,0 +1,109 @@
+"""Every kernel of the library, collected from the ``SPECS`` of each module in
+``pycuda_heads/ops``; and the tables derived from them: the suite (tuner tasks), the validation
+grid, the benchmark cases and their floor bytes. Nothing here is written per kernel."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterable, Iterator, Mapping
+
+from . import ops
+from .core.spec import Dims, KernelSpec
+from .records import FWD_BWD
+
+# The model size every suite shape is measured at.
+SUITE_TEMPLATE = {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "N_ATOMS": 21}
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One benchmarked pass of one op (a family) at one shape: the kernels it runs in order."""
+
+    op: str
+    pass_: str
+    shape: Dims
+    kernels: tuple[KernelSpec, ...]
+
+    def floor_bytes(self, template: Dims = SUITE_TEMPLATE) -> int:
+        """fwd+bwd is the sum of its passes: the rest of the network runs between them, so the
+        backward reads its inputs again."""
+        return sum(k.floor_bytes(k.template(template), self.shape) for k in self.kernels)
+
+
+class Catalog:
+    """An ordered set of kernel specs, by id."""
+
+    def __init__(self, specs: Iterable[KernelSpec]):
+        self.specs: dict[str, KernelSpec] = {}
+        for spec in specs:
+            if spec.id in self.specs:
+                raise ValueError(f"kernel {spec.id!r} is declared twice")
+            self.specs[spec.id] = spec
+
+    def __getitem__(self, kernel: str) -> KernelSpec:
+        try:
+            return self.specs[kernel]
+        except KeyError:
+            raise KeyError(f"unknown kernel {kernel!r}; expected one of {sorted(self.specs)}") \
+                from None
+
+    def __iter__(self) -> Iterator[KernelSpec]:
+        return iter(self.specs.values())
+
+    def __contains__(self, kernel: object) -> bool:
+        return kernel in self.specs
+
+    def with_specs(self, *extra: KernelSpec) -> "Catalog":
+        return Catalog([*self, *extra])
+
+    def families(self) -> dict[str, tuple[KernelSpec, ...]]:
+        out: dict[str, list[KernelSpec]] = {}
+        for spec in self:
+            out.setdefault(spec.family, []).append(spec)
+        return {f: tuple(v) for f, v in out.items()}
+
+    def tasks(self) -> list[tuple[KernelSpec, dict[str, int], dict[str, int]]]:
+        """(kernel, template, shape) of every suite point: what a sweep tunes."""
+        return [(s, s.template(SUITE_TEMPLATE), dict(shape)) for s in self for shape in s.suite]
+
+    def grid(self, kernel: str) -> list[tuple[dict[str, int], dict[str, int]]]:
+        """(template, shape) pairs a default variant is validated on: the odd-shape grid, then
+        the suite."""
+        s = self[kernel]
+        odd = [(s.template({**SUITE_TEMPLATE, **over}), dict(shape)) for over, shape in s.grid]
+        return odd + [(s.template(SUITE_TEMPLATE), dict(shape)) for shape in s.suite]
+
+    def bench_cases(self) -> list[BenchCase]:
+        """Per family and suite shape: each kernel's pass, then fwd+bwd where the family has a
+        forward and a backward."""
+        out = []
+        for family, specs in self.families().items():
+            shapes = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
+            roles = {k.role: k for k in specs}
+            for items in shapes:
+                shape = dict(items)
+                for k in specs:
+                    out.append(BenchCase(family, k.pass_name, shape, (k,)))
+                if "forward" in roles and "backward" in roles:
+                    out.append(BenchCase(family, FWD_BWD, shape,
+                                         (roles["forward"], roles["backward"])))
+        return out
+
+    def family_inputs(self, family: str, template: Mapping[str, int], shape: Dims,
+                      seed: int = 0) -> dict[str, Any]:
+        """Every tensor the family's kernels read (one draw per name, shared by its kernels)."""
+        out: dict[str, Any] = {}
+        for spec in self.families()[family]:
+            out.update(spec.make_inputs(spec.template(template), shape, seed))
+        return out
+
+
+@lru_cache(maxsize=None)
+def catalog() -> Catalog:
+    """The library's kernels: ``SPECS`` of every module in ``pycuda_heads.ops``."""
+    specs: list[KernelSpec] = []
+    for info in sorted(pkgutil.iter_modules(ops.__path__), key=lambda m: m.name):
+        specs.extend(getattr(importlib.import_module(f"{ops.__name__}.{info.name}"), "SPECS", ()))
+    return Catalog(specs)

@@ -1,0 +1,68 @@
+"""Compiled variants: rendered source -> SourceModule (cached in process) -> prepared kernel.
+
+PyCUDA's own disk cache (keyed by source, options and nvcc version) keeps a repeat process from
+recompiling; the in-process cache here keeps one loaded module per variant.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .device import cuda
+from .source import arg_types, render, variant_hash
+
+log = logging.getLogger("pycuda_heads")
+
+NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
+STATIC_SHARED_LIMIT = 48 * 1024
+_MODULES: dict[str, Any] = {}
+
+
+class LaunchError(RuntimeError):
+    """A kernel launch failed; the message names the kernel and its launch configuration."""
+
+
+def load_module(family: str, constants: Mapping[str, Any],
+                source_dir: Path | None = None) -> Any:
+    source = render(family, constants, source_dir)
+    key = variant_hash(source, NVCC_OPTIONS)
+    module = _MODULES.get(key)
+    if module is None:
+        cuda()
+        from pycuda.compiler import SourceModule
+        log.debug("compiling %s %s", family, dict(constants))
+        module = SourceModule(source, no_extern_c=True, options=list(NVCC_OPTIONS))
+        _MODULES[key] = module
+    return module
+
+
+class Kernel:
+    """One prepared kernel entry of one variant (argument types read from its C signature);
+    launches are checked."""
+
+    def __init__(self, family: str, entry: str, constants: Mapping[str, Any],
+                 source_dir: Path | None = None):
+        self.name = entry
+        self.constants = dict(constants)
+        self.function = load_module(family, constants, source_dir).get_function(entry)
+        self.function.prepare(arg_types(render(family, constants, source_dir), entry))
+        self._shared_optin = STATIC_SHARED_LIMIT
+        self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
+
+    def __call__(self, grid: Sequence[int], block: Sequence[int], *args: Any,
+                 shared: int = 0) -> None:
+        drv = cuda()
+        grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
+        try:
+            if shared > self._shared_optin:
+                self.function.set_attribute(
+                    drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared))
+                self._shared_optin = shared
+            self.function.prepared_call(grid, block, *args, shared_size=int(shared))
+            if self._sync:
+                drv.Context.synchronize()
+        except drv.Error as exc:
+            raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
+                              f"shared={shared} B constants={self.constants}: {exc}") from exc

@@ -1,0 +1,70 @@
+"""The CUDA device, imported lazily: importing pycuda_heads needs no GPU, constructing an op does.
+
+PyCUDA attaches to the device's primary context (``pycuda.autoprimaryctx``), the one the CUDA
+runtime uses, so PyTorch or CuPy in the same process share it.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from ..records import slug
+
+
+class GpuUnavailableError(RuntimeError):
+    """PyCUDA or a CUDA device is missing."""
+
+
+@lru_cache(maxsize=None)
+def cuda() -> Any:
+    """The ``pycuda.driver`` module with the primary context current."""
+    try:
+        import pycuda.autoprimaryctx  # noqa: F401
+        import pycuda.driver as drv
+    except ImportError as exc:
+        raise GpuUnavailableError(
+            "pycuda-heads needs PyCUDA for GPU work: pip install 'pycuda-heads[gpu]'") from exc
+    except Exception as exc:  # pycuda raises its own error types when no driver/device exists
+        raise GpuUnavailableError(f"no usable CUDA device: {exc}") from exc
+    return drv
+
+
+def gpu_available() -> bool:
+    try:
+        cuda()
+    except GpuUnavailableError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def memory_pool() -> Any:
+    """Pooled device allocations: cuMemAlloc per output would dominate small calls."""
+    cuda()
+    from pycuda.tools import DeviceMemoryPool
+    return DeviceMemoryPool()
+
+
+def allocator() -> Any:
+    return memory_pool().allocate
+
+
+def gpu_name() -> str:
+    drv = cuda()
+    return drv.Context.get_device().name()
+
+
+def gpu_slug() -> str:
+    return slug(gpu_name())
+
+
+@lru_cache(maxsize=None)
+def max_shared_bytes() -> int:
+    """Largest dynamic shared memory one block may opt in to on this device."""
+    drv = cuda()
+    dev = drv.Context.get_device()
+    return dev.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+
+
+def compute_capability() -> tuple[int, int]:
+    return cuda().Context.get_device().compute_capability()

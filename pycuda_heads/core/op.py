@@ -1,0 +1,107 @@
+"""Common machinery of the op objects: template constants, launch-parameter choice (user >
+tuned table > default), compiled-kernel cache and the report of what was chosen."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from . import device
+from .compile import Kernel
+from .space import KernelSpace
+from .tuned import lookup
+
+log = logging.getLogger("pycuda_heads")
+
+
+class Op:
+    """Base of every op. Subclasses set FAMILY (the .cu file ``<FAMILY>.cu``, whose entry
+    ``<FAMILY>_<role>`` each role launches) and SPACES (role -> KernelSpace)."""
+
+    FAMILY: ClassVar[str]
+    SPACES: ClassVar[dict[str, KernelSpace]]
+    #: folder of ``<FAMILY>.cu``; None for the package's own sources
+    SOURCE_DIR: ClassVar[Path | None] = None
+
+    @classmethod
+    def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
+        """Constructor arguments from template constants (N_HORIZONS -> n_horizons)."""
+        return {k.lower(): int(v) for k, v in template.items()}
+
+    def __init__(self, template: Mapping[str, int],
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        for key, value in template.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{type(self).__name__}: {key.lower()} must be a positive int, "
+                                 f"got {value!r}")
+        self.template = dict(template)
+        launch = dict(launch or {})
+        unknown = set(launch) - set(self.SPACES)
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: launch= has unknown kernels {sorted(unknown)}; "
+                             f"expected keys among {sorted(self.SPACES)}")
+        self._user = {role: self.SPACES[role].complete(p) for role, p in launch.items()}
+        for role, params in self._user.items():
+            reason = self.SPACES[role].violated(params, self.template)
+            if reason:
+                raise ValueError(f"{type(self).__name__}: launch[{role!r}]={params} breaks "
+                                 f"the restriction {reason!r}")
+        device.cuda()
+        self._slug = device.gpu_slug()
+        self._max_shared = device.max_shared_bytes()
+        self._resolved: dict[tuple, tuple[dict[str, Any], str]] = {}
+        self._kernels: dict[tuple, Kernel] = {}
+        #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
+        self.chosen: dict[str, dict[str, Any]] = {}
+
+    def launch_params(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
+        """Launch parameters for ``role`` at ``shape``; raises ValueError when no valid choice
+        can run this shape (for example K beyond the shared memory of the device)."""
+        key = (role, tuple(sorted(shape.items())))
+        hit = self._resolved.get(key)
+        if hit is None:
+            space = self.SPACES[role]
+            if role in self._user:
+                params, source = self._user[role], "user"
+            else:
+                tuned, source = lookup(space.kernel, self.template, shape, self._slug)
+                params = space.complete(tuned) if tuned else dict(space.default)
+                if tuned and self._violated(space, params, shape):
+                    params, source = dict(space.default), f"default (tuned entry cannot run {dict(shape)})"
+                if not tuned or source.startswith("default"):
+                    params = self._nearest_valid(space, params, shape)
+            reason = self._violated(space, params, shape)
+            if reason:
+                need = space.shared_bytes(params, {**self.template, **shape}) if space.shared_bytes else 0
+                raise ValueError(f"{type(self).__name__}.{role}: shape {dict(shape)} cannot run with "
+                                 f"{params} ({source}): restriction {reason!r} fails"
+                                 + (f" (needs {need} B shared memory, device allows "
+                                    f"{self._max_shared} B)" if "SHARED" in reason else ""))
+            log.debug("%s.%s %s: %s", type(self).__name__, role, dict(shape), source)
+            hit = self._resolved[key] = (params, source)
+        self.chosen[role] = {"params": hit[0], "source": hit[1]}
+        return hit[0]
+
+    def _nearest_valid(self, space: KernelSpace, params: dict[str, Any],
+                       shape: Mapping[str, int]) -> dict[str, Any]:
+        """``params`` if this shape can run it, else the valid point sharing most knob values
+        (a default written for D % 4 == 0 must still serve D = 30)."""
+        if self._violated(space, params, shape) is None:
+            return params
+        valid = space.points(self.template, {**shape, "MAX_SHARED_BYTES": self._max_shared})
+        if not valid:
+            return params
+        return max(valid, key=lambda p: sum(p[k] == params[k] for k in p))
+
+    def _violated(self, space: KernelSpace, params: Mapping[str, Any],
+                  shape: Mapping[str, int]) -> str | None:
+        return space.violated(params, self.template,
+                              {**shape, "MAX_SHARED_BYTES": self._max_shared})
+
+    def kernel(self, role: str, params: Mapping[str, Any]) -> Kernel:
+        key = (role, tuple(sorted(params.items())))
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = Kernel(self.FAMILY, f"{self.FAMILY}_{role}",
+                                            {**self.template, **params}, self.SOURCE_DIR)
+        return k

@@ -1,0 +1,81 @@
+"""Kernel sources: where the .cu files live and how a variant's source is rendered.
+
+A variant is (kernel family, constants): the family names ``cu/<family>.cu``; the constants
+(template constants such as N_HORIZONS and launch knobs such as BLOCK) become a ``#define``
+prelude. The shared header is inlined, so the rendered text is self-contained: it is what
+SourceModule compiles on the GPU and what the static check compiles with plain nvcc.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+COMMON_HEADER = "heads_common.cuh"
+_INCLUDE = f'#include "{COMMON_HEADER}"'
+# Prepared-call type letters of the C parameter types the kernels use.
+_ARG_TYPES = {"float*": "P", "int*": "P", "float": "f", "int": "i", "long long": "q",
+              "unsigned int": "I"}
+
+
+def cu_dir() -> Path:
+    """The folder holding the .cu sources: inside the installed package, else the checkout's cu/."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "cu", here.parent / "cu"):
+        if (candidate / COMMON_HEADER).is_file():
+            return candidate
+    raise FileNotFoundError(f"pycuda-heads: no CUDA sources found in {here / 'cu'} or "
+                            f"{here.parent / 'cu'}; the installation is incomplete")
+
+
+@lru_cache(maxsize=None)
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
+def family_source(family: str, source_dir: Path | None = None) -> str:
+    """``<family>.cu`` with the shared header inlined (no constants yet)."""
+    folder = Path(source_dir) if source_dir is not None else cu_dir()
+    path = folder / f"{family}.cu"
+    if not path.is_file():
+        known = sorted(p.stem for p in folder.glob("*.cu"))
+        raise ValueError(f"unknown kernel family {family!r}: no {path}; found {known}")
+    return _read(path).replace(_INCLUDE, _read(cu_dir() / COMMON_HEADER))
+
+
+def render(family: str, constants: Mapping[str, Any], source_dir: Path | None = None) -> str:
+    """Self-contained CUDA source of one variant."""
+    prelude = "".join(f"#define {k} {int(v)}\n" for k, v in sorted(constants.items()))
+    return f"// pycuda-heads variant of {family}\n{prelude}{family_source(family, source_dir)}"
+
+
+def arg_types(source: str, entry: str) -> str:
+    """PyCUDA prepared-call types of ``entry``, read from its ``extern "C"`` signature."""
+    m = re.search(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
+                  + re.escape(entry) + r"\s*\(([^)]*)\)", source)
+    if m is None:
+        raise ValueError(f'no extern "C" __global__ entry {entry!r} in the source')
+    letters = []
+    for param in filter(None, (p.strip() for p in m.group(1).split(","))):
+        ctype = re.sub(r"\b(?:const|__restrict__|volatile)\b", " ", param)
+        ctype = re.sub(r"\s+", " ", re.sub(r"\w+\s*$", "", ctype)).replace(" *", "*").strip()
+        if ctype not in _ARG_TYPES:
+            raise ValueError(f"{entry}: parameter {param!r} has a type this library cannot "
+                             f"pass ({ctype!r})")
+        letters.append(_ARG_TYPES[ctype])
+    return "".join(letters)
+
+
+def variant_hash(source: str, options: tuple[str, ...] = ()) -> str:
+    """Stable identity of a compiled variant: its rendered source and compiler options."""
+    return hashlib.sha256("\0".join((source, *options)).encode()).hexdigest()[:16]
+
+
+def sources_hash() -> str:
+    """Hash of every kernel source file; the validation record is tied to it."""
+    h = hashlib.sha256()
+    for path in sorted(cu_dir().glob("*.cu*")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

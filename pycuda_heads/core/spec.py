@@ -1,0 +1,157 @@
+"""The declaration of one kernel: everything the library, the checks, the benchmark and the
+tuner need to know about it, written once beside its op (``pycuda_heads/ops/<family>.py``).
+
+A kernel's id is ``<family>.<role>``: the family names the ``.cu`` file, the op module, the
+bench op and the cache files; the role names the op method's launch parameters
+(``launch={role: {...}}``) and the kernel entry ``<family>_<role>`` in the ``.cu`` file.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .space import KernelSpace
+
+Dims = Mapping[str, int]
+# Axis letters bound by template constants; every other axis (B, K, N, M) comes from the shape.
+TEMPLATE_AXES = {"H": "N_HORIZONS", "D": "HIDDEN_DIM", "A": "N_ATOMS"}
+Draw = Callable[[np.random.Generator, tuple, Dims], np.ndarray]
+
+
+def normal(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def softmax_rows(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
+    """Rows that are softmaxes of normal scores (a valid attention input)."""
+    s = rng.standard_normal(shape, dtype=np.float32)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def uniform2(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
+    """Uniform in [-2, 2]: gate parameters from closed to well open, both signs."""
+    return rng.uniform(-2, 2, shape).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A kernel argument: its named axes, element type and how test inputs are drawn."""
+
+    axes: tuple[str, ...]
+    dtype: str = "float32"
+    draw: Draw = normal
+
+    def shape(self, dims: Dims) -> tuple[int, ...]:
+        return tuple(int(dims[a]) for a in self.axes)
+
+    def nbytes(self, dims: Dims) -> int:
+        return math.prod(self.shape(dims)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel of one op.
+
+    ``method`` of ``op`` takes the ``reads`` tensors in order and returns the ``writes`` in
+    order; ``reference`` (float64 NumPy, ``dtype=`` keyword) and ``peer`` (the same math in
+    PyTorch, called as ``peer(torch, *reads)``) take and return the same. ``passthrough`` maps
+    an output that is one of the inputs returned unchanged (it moves no bytes). ``oracles``
+    are the kernel's own numerical-gradient and analytical checks, given a factory of ops with
+    the variant's launch parameters.
+    """
+
+    id: str
+    op: type
+    method: str
+    space: KernelSpace
+    template_keys: tuple[str, ...]
+    tensors: Mapping[str, Tensor]
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    reference: Callable[..., Any]
+    suite: tuple[Dims, ...]
+    grid: tuple[tuple[Dims, Dims], ...] = ()
+    peer: Callable[..., Any] | None = None
+    oracles: Callable[[Callable[[Dims], Any], Dims], dict[str, dict[str, Any]]] | None = None
+    call_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    passthrough: Mapping[str, str] = field(default_factory=dict)
+    #: name of this kernel in the benchmark (the role unless the op is one fused pass)
+    bench_pass: str = ""
+    #: folder of the family's .cu file; None: the package's own sources
+    source_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        family, sep, role = self.id.partition(".")
+        if not sep or not family or not role or "." in role:
+            raise ValueError(f"kernel id {self.id!r} must be '<family>.<role>'")
+        missing = [n for n in (*self.reads, *self.writes) if n not in self.tensors]
+        if missing:
+            raise ValueError(f"{self.id}: tensors {missing} are read or written but not declared")
+        if self.space.kernel != self.id:
+            raise ValueError(f"{self.id}: its space is declared for {self.space.kernel!r}")
+
+    @property
+    def family(self) -> str:
+        return self.id.partition(".")[0]
+
+    @property
+    def role(self) -> str:
+        return self.id.partition(".")[2]
+
+    @property
+    def entry(self) -> str:
+        """The kernel's ``extern "C"`` entry in ``<family>.cu``."""
+        return f"{self.family}_{self.role}"
+
+    @property
+    def pass_name(self) -> str:
+        return self.bench_pass or self.role
+
+    def template(self, constants: Dims) -> dict[str, int]:
+        return {k: int(constants[k]) for k in self.template_keys}
+
+    def dims(self, template: Dims, shape: Dims) -> dict[str, int]:
+        """Every axis letter's length at ``template`` and ``shape``."""
+        out = {axis: int(template[key]) for axis, key in TEMPLATE_AXES.items() if key in template}
+        out.update({k: int(v) for k, v in shape.items()})
+        return out
+
+    def floor_bytes(self, template: Dims, shape: Dims) -> int:
+        """Bytes the kernel must move through device memory: each input read once, each output
+        written once (a passed-through input is not written)."""
+        dims = self.dims(template, shape)
+        moved = [*self.reads, *(w for w in self.writes if w not in self.passthrough)]
+        return sum(self.tensors[n].nbytes(dims) for n in moved)
+
+    def make_inputs(self, template: Dims, shape: Dims, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random, never-zero inputs of this kernel. Each tensor is drawn from a generator
+        seeded by (seed, its name), so kernels of one family see the same tensor by name."""
+        dims = self.dims(template, shape)
+        out = {}
+        for name in self.reads:
+            t = self.tensors[name]
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+            out[name] = np.ascontiguousarray(t.draw(rng, t.shape(dims), dims), dtype=t.dtype)
+        return out
+
+    def call(self, op: Any, inputs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Run the kernel through ``op`` as training does; its outputs in ``writes`` order."""
+        out = getattr(op, self.method)(*(inputs[n] for n in self.reads), **self.call_kwargs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    def run_reference(self, inputs: Mapping[str, np.ndarray],
+                      dtype: type = np.float64) -> tuple[np.ndarray, ...]:
+        out = self.reference(*(inputs[n] for n in self.reads), dtype=dtype)
+        return tuple(np.asarray(o) for o in (out if isinstance(out, tuple) else (out,)))
+
+    def make_op(self, template: Dims, params: Mapping[str, Any] | None = None) -> Any:
+        """The op at ``template`` with ``params`` as this kernel's launch (tuned or default
+        when None)."""
+        launch = None if params is None else {self.role: dict(params)}
+        return self.op(**self.op.constructor_kwargs(self.template(template)), launch=launch)

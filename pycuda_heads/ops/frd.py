@@ -1,0 +1,197 @@
+"""FRD softmax + cross-entropy gradient over return atoms (cu/frd.cu).
+Label -1 marks a horizon whose return is not realised yet: zero loss and zero gradient."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import as_device, check_aligned, empty
+from ..core.op import Op
+from ..core.space import KernelSpace
+from ..core.spec import KernelSpec, Tensor
+
+
+def shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    return 4 * (p["BLOCK"] // p["TPR"]) * env["N_ATOMS"] if p["LAYOUT"] == 1 and p["STAGE"] else 0
+
+
+# LAYOUT 0 is the original block-per-row design (its other knobs are pinned to one value so it
+# is one point of the space); LAYOUT 1 puts TPR lanes on a row and BLOCK/TPR rows in a block.
+SPACE = KernelSpace(
+    kernel="frd.softmax_ce_grad",
+    params={"LAYOUT": (0, 1), "TPR": (1, 2, 4, 8, 16, 32), "BLOCK": (64, 128, 256, 512),
+            "STAGE": (0, 1)},
+    default={"LAYOUT": 0, "TPR": 1, "BLOCK": 64, "STAGE": 0},
+    restrictions=("LAYOUT == 1 or (TPR == 1 and BLOCK == 64 and STAGE == 0)",
+                  "LAYOUT == 1 or N_ATOMS <= 1024",
+                  "(N_ATOMS + TPR - 1) // TPR <= 64",
+                  "TPR < 2 * N_ATOMS"),
+    launch_restrictions=("SHARED_BYTES <= MAX_SHARED_BYTES", "LAYOUT == 1 or N_HORIZONS <= 65535"),
+    shared_bytes=shared_bytes,
+)
+
+
+class FrdSoftmaxCE(Op):
+    """grad_logits, ce = frd.softmax_ce_grad(logits, labels)."""
+
+    FAMILY = "frd"
+    SPACES = {"softmax_ce_grad": SPACE}
+
+    def __init__(self, n_horizons: int, n_atoms: int = 21,
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        super().__init__({"N_HORIZONS": n_horizons, "N_ATOMS": n_atoms}, launch)
+        self.n_horizons, self.n_atoms = n_horizons, n_atoms
+
+    def softmax_ce_grad(self, logits: Any, labels: Any, *,
+                        check_labels: bool = True) -> tuple[Any, Any]:
+        """grad_logits[B, H, A] = (softmax - onehot) / B and raw per-row ce[B, H].
+
+        Labels are int32 in [-1, N_ATOMS). NumPy labels are always checked; device labels are
+        checked with a device min/max (one synchronisation) unless ``check_labels=False``, in
+        which case a bad label's row and loss come out NaN rather than plausible numbers.
+        """
+        dims = {"H": self.n_horizons, "A": self.n_atoms}
+        logits = as_device(logits, "logits", ("B", "H", "A"), dims)
+        host_labels = labels if isinstance(labels, np.ndarray) else None
+        if host_labels is not None:
+            self._check_labels(host_labels, dims)
+        labels = as_device(labels, "labels", ("B", "H"), dims, dtype=np.int32)
+        if host_labels is None and check_labels:
+            self._check_device_labels(labels)
+        b = dims["B"]
+        rows = b * self.n_horizons
+        params = self.launch_params("softmax_ce_grad", {"B": b})
+        grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
+        args = (logits.gpudata, labels.gpudata, grad.gpudata, ce.gpudata, np.int32(rows),
+                np.float32(1.0 / b))
+        if params["LAYOUT"] == 1 and params["STAGE"]:
+            check_aligned(4, logits=logits)  # the staged copy uses float4 loads
+        kernel = self.kernel("softmax_ce_grad", params)
+        if params["LAYOUT"] == 0:
+            kernel((b, self.n_horizons, 1), (self.n_atoms, 1, 1), *args)
+        else:
+            rpb = params["BLOCK"] // params["TPR"]
+            kernel((-(-rows // rpb), 1, 1), (params["BLOCK"], 1, 1), *args,
+                   shared=shared_bytes(params, self.template))
+        return grad, ce
+
+    def _check_labels(self, labels: np.ndarray, dims: dict[str, int]) -> None:
+        if labels.dtype != np.int32:
+            raise TypeError(f"labels: expected dtype int32, got {labels.dtype}")
+        bad = (labels < -1) | (labels >= self.n_atoms)
+        if bad.any():
+            pos = [int(i) for i in np.argwhere(bad)[0]]
+            raise ValueError(f"labels{pos} = {int(labels[tuple(pos)])} is outside "
+                             f"[-1, {self.n_atoms}) (-1 marks a horizon not realised yet)")
+
+    def _check_device_labels(self, labels: Any) -> None:
+        import pycuda.gpuarray as gpuarray
+        lo, hi = int(gpuarray.min(labels).get()), int(gpuarray.max(labels).get())
+        if lo < -1 or hi >= self.n_atoms:
+            self._check_labels(labels.get(), {})
+
+
+def draw_logits(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
+    """N(0, 3^2) logits with a few extreme rows: +-1e4 spreads, all equal, one huge atom."""
+    logits = (3 * rng.standard_normal(shape)).astype(np.float32)
+    flat = logits.reshape(-1, shape[-1])
+    rows, a = flat.shape
+    if rows >= 4:
+        flat[rows // 4] = rng.choice([-1e4, 1e4], size=a)
+        flat[rows // 2] = 0.5
+        flat[3 * rows // 4, rng.integers(a)] = 1e4
+    return logits
+
+
+def draw_labels(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
+    """Labels uniform over the atoms, about one in ten the -1 sentinel; the first three rows
+    are -1, 0 and N_ATOMS-1."""
+    a = dims["A"]
+    labels = rng.integers(0, a, size=shape).astype(np.int32)
+    labels[rng.random(shape) < 0.1] = -1
+    flat = labels.reshape(-1)
+    specials = [-1, 0, a - 1][: len(flat)]
+    flat[: len(specials)] = specials
+    return labels
+
+
+def torch_softmax_ce_grad(torch: Any, logits: Any, labels: Any) -> tuple[Any, Any]:
+    # Rows flattened to [B*H, A]: torch's 3-d cross-entropy path takes atomics (nll_loss2d).
+    b, h, a = logits.shape
+    flat, lab = logits.reshape(b * h, a), labels.reshape(b * h).long()
+    live = lab >= 0
+    safe = lab.clamp_min(0)
+    p = torch.softmax(flat, dim=-1)
+    p_label = p.gather(1, safe.unsqueeze(1)).squeeze(1)
+    ce = torch.where(live, -torch.log(p_label.clamp_min(ref.CE_FLOOR)), 0.0)
+    onehot = torch.nn.functional.one_hot(safe, a).to(p.dtype)
+    grad = torch.where(live.unsqueeze(1), (p - onehot) / b, 0.0)
+    return grad.reshape(b, h, a), ce.reshape(b, h)
+
+
+def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """Uniform logits give ce = ln(A) and zero-sum gradient rows; sentinel rows are exactly
+    zero and leave their neighbours bitwise unchanged; finite differences of ce match the
+    gradient."""
+    h, a, b = template["N_HORIZONS"], template["N_ATOMS"], 64
+    eps32 = float(np.finfo(np.float32).eps)
+    rng = np.random.default_rng(2027)
+    frd = make_op(template)
+    out: dict[str, Any] = {}
+
+    labels = rng.integers(0, a, size=(b, h)).astype(np.int32)
+    grad, ce = (v.get() for v in frd.softmax_ce_grad(np.full((b, h, a), 0.75, np.float32), labels))
+    ce_err = float(np.abs(ce.astype(np.float64) - np.log(a)).max())
+    row_sum = float(np.abs(grad.astype(np.float64).sum(axis=-1)).max())
+    out["uniform_logits"] = {"passed": ce_err <= 8 * eps32 * np.log(a)
+                             and row_sum <= 4 * a * eps32 / b,
+                             "max_abs_err_ce": ce_err, "max_abs_grad_row_sum": row_sum}
+
+    logits = (3 * rng.standard_normal((b, h, a))).astype(np.float32)
+    sentinel = rng.random((b, h)) < 0.3
+    mixed = np.where(sentinel, -1, labels).astype(np.int32)
+    g_mix, ce_mix = (v.get() for v in frd.softmax_ce_grad(logits, mixed))
+    g_all, ce_all = (v.get() for v in frd.softmax_ce_grad(logits, labels))
+    out["sentinel_rows"] = {
+        "passed": bool((g_mix[sentinel] == 0).all() and (ce_mix[sentinel] == 0).all()
+                       and g_mix[~sentinel].tobytes() == g_all[~sentinel].tobytes()
+                       and ce_mix[~sentinel].tobytes() == ce_all[~sentinel].tobytes()),
+        "sentinel_rows": int(sentinel.sum())}
+
+    # Finite differences of ce[b,h]/B at +-1e-3. float32 rounding of ce (one ulp, up to ~1e-6
+    # for ce < 16) over 2e-3 limits the estimate to ~1e-3 in units of B*grad, so probes take
+    # atoms with |p - onehot| >= 0.5 (mostly label atoms), where that stays under the 5e-3
+    # relative tolerance; every atom's gradient is compared with the float64 reference instead.
+    eps, worst = 1e-3, 0.0
+    probes = list(zip(*np.nonzero(np.abs(g_all.astype(np.float64) * b) >= 0.5)))
+    picks = [probes[i] for i in rng.choice(len(probes), size=min(8, len(probes)), replace=False)]
+    for i, j, k in picks:
+        x = logits.copy()
+        x[i, j, k] += np.float32(eps)
+        hi = float(frd.softmax_ce_grad(x, labels)[1].get()[i, j])
+        x[i, j, k] = logits[i, j, k] - np.float32(eps)
+        lo = float(frd.softmax_ce_grad(x, labels)[1].get()[i, j])
+        num = (hi - lo) / (2 * eps) / b
+        worst = max(worst, abs(num - float(g_all[i, j, k])) / abs(float(g_all[i, j, k])))
+    out["finite_differences"] = {"passed": bool(picks) and worst <= 5e-3,
+                                 "max_rel_err_numgrad": worst, "probes": len(picks)}
+    return out
+
+
+SPECS = (
+    # One fused pass computes the loss and its gradient: the benchmark reports it as fwd+bwd.
+    KernelSpec(id="frd.softmax_ce_grad", op=FrdSoftmaxCE, method="softmax_ce_grad", space=SPACE,
+               template_keys=("N_HORIZONS", "N_ATOMS"),
+               tensors={"logits": Tensor(("B", "H", "A"), draw=draw_logits),
+                        "labels": Tensor(("B", "H"), dtype="int32", draw=draw_labels),
+                        "grad_logits": Tensor(("B", "H", "A")), "ce": Tensor(("B", "H"))},
+               reads=("logits", "labels"), writes=("grad_logits", "ce"),
+               reference=ref.frd_softmax_ce_grad, peer=torch_softmax_ce_grad, oracles=oracles,
+               # labels are drawn valid; the optional device label check is not the kernel
+               call_kwargs={"check_labels": False}, bench_pass="fwd+bwd",
+               suite=({"B": 1024}, {"B": 16384}, {"B": 262144}),
+               grid=(({}, {"B": 1}), ({}, {"B": 3}), ({"N_ATOMS": 11}, {"B": 37}),
+                     ({"N_ATOMS": 51}, {"B": 37}), ({"N_HORIZONS": 1}, {"B": 5}))),
+)

@@ -1,0 +1,166 @@
+"""Per-horizon attention pool (cu/pool.cu): N_HORIZONS learned queries attend over a
+layer-normed sequence ln[B, K, HIDDEN_DIM]."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import as_device, check_aligned, empty
+from ..core.op import Op
+from ..core.space import KernelSpace
+from ..core.spec import KernelSpec, Tensor, softmax_rows
+from .reduce import reducer
+
+# Per-lane register rows: q (and acc, or grad_ctx/q/grad_q in the backward) for every horizon
+# plus UNROLL rows of ln in flight; beyond this budget ptxas spills.
+_ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
+# BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
+_COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4)}
+
+
+def _nwarps(p: Mapping[str, Any]) -> int:
+    return p["BLOCK"] // 32
+
+
+def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    h, d, k = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"]
+    return 4 * (h * k + 2 * _nwarps(p) * h + _nwarps(p) * h * d + 2 * h)
+
+
+def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    h, d, k = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"]
+    return 4 * (2 * h * k + h + _nwarps(p) * h * d)
+
+
+_LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
+
+FORWARD_SPACE = KernelSpace(
+    kernel="pool.forward", params=_COMMON,
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 2},
+    restrictions=("HIDDEN_DIM % VEC == 0", f"(2 * N_HORIZONS + UNROLL) * {_ROW} <= 128"),
+    launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
+
+BACKWARD_SPACE = KernelSpace(
+    kernel="pool.backward", params=_COMMON,
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1},
+    restrictions=("HIDDEN_DIM % VEC == 0", f"(3 * N_HORIZONS + UNROLL) * {_ROW} <= 128"),
+    launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
+
+
+class PerHorizonAttentionPool(Op):
+    """ctx, attn = pool.forward(q_h, ln); grad_q_h, grad_ln = pool.backward(q_h, ln, attn, grad_ctx).
+
+    ``launch={"forward": {...}, "backward": {...}}`` overrides the tuned or default launch
+    parameters; ``chosen`` tells which were used by the last call and where they came from.
+    """
+
+    FAMILY = "pool"
+    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+
+    def __init__(self, n_horizons: int, hidden_dim: int,
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
+        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
+        self.scale = 1.0 / math.sqrt(hidden_dim)
+
+    def _dims(self) -> dict[str, int]:
+        return {"H": self.n_horizons, "D": self.hidden_dim}
+
+    def forward(self, q_h: Any, ln: Any) -> tuple[Any, Any]:
+        """ctx[B, H, D] and attn[B, H, K] as GPUArrays."""
+        dims = self._dims()
+        ln = as_device(ln, "ln", ("B", "K", "D"), dims)
+        q_h = as_device(q_h, "q_h", ("H", "D"), dims)
+        b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
+        params = self.launch_params("forward", {"B": b, "K": k})
+        check_aligned(params["VEC"], q_h=q_h, ln=ln)
+        ctx, attn = empty((b, h, d)), empty((b, h, k))
+        self.kernel("forward", params)(
+            (b, 1, 1), (params["BLOCK"], 1, 1), q_h.gpudata, ln.gpudata, ctx.gpudata,
+            attn.gpudata, np.int32(k), np.float32(self.scale),
+            shared=forward_shared_bytes(params, {**self.template, "K": k}))
+        return ctx, attn
+
+    def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *,
+                 grad_attn: Any = None) -> tuple[Any, Any]:
+        """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero)."""
+        dims = self._dims()
+        ln = as_device(ln, "ln", ("B", "K", "D"), dims)
+        q_h = as_device(q_h, "q_h", ("H", "D"), dims)
+        attn = as_device(attn, "attn", ("B", "H", "K"), dims)
+        grad_ctx = as_device(grad_ctx, "grad_ctx", ("B", "H", "D"), dims)
+        if grad_attn is not None:
+            grad_attn = as_device(grad_attn, "grad_attn", ("B", "H", "K"), dims)
+        b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
+        params = self.launch_params("backward", {"B": b, "K": k})
+        check_aligned(params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx)
+        grad_ln, scratch = empty((b, k, d)), empty((b, h * d))
+        self.kernel("backward", params)(
+            (b, 1, 1), (params["BLOCK"], 1, 1), q_h.gpudata, ln.gpudata, attn.gpudata,
+            grad_ctx.gpudata, np.intp(0) if grad_attn is None else grad_attn.gpudata,
+            grad_ln.gpudata, scratch.gpudata, np.int32(k), np.float32(self.scale),
+            shared=backward_shared_bytes(params, {**self.template, "K": k}))
+        return reducer().sum_rows(scratch, b, h * d).reshape(h, d), grad_ln
+
+
+
+def torch_forward(torch: Any, q_h: Any, ln: Any) -> tuple[Any, Any]:
+    scale = 1.0 / math.sqrt(q_h.shape[1])
+    attn = torch.softmax(scale * torch.matmul(q_h, ln.transpose(1, 2)), dim=-1)  # [B, H, K]
+    return torch.matmul(attn, ln), attn
+
+
+def torch_backward(torch: Any, q_h: Any, ln: Any, attn: Any, grad_ctx: Any) -> tuple[Any, Any]:
+    scale = 1.0 / math.sqrt(q_h.shape[1])
+    dw = torch.matmul(grad_ctx, ln.transpose(1, 2))  # [B, H, K]
+    ds = attn * (dw - (attn * dw).sum(dim=-1, keepdim=True))
+    grad_q_h = scale * torch.einsum("bhk,bkd->hd", ds, ln)
+    grad_ln = (torch.matmul(attn.transpose(1, 2), grad_ctx)
+               + scale * torch.matmul(ds.transpose(1, 2), q_h))
+    return grad_q_h, grad_ln
+
+
+def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """The original project's parity test: B=2, K=8, loss = sum(ctx), central differences of
+    the forward kernel at 8 random q_h and 8 random ln entries against the backward kernel."""
+    h, d = template["N_HORIZONS"], template["HIDDEN_DIM"]
+    rng = np.random.default_rng(2024)
+    x = {"q_h": rng.standard_normal((h, d), dtype=np.float32),
+         "ln": rng.standard_normal((2, 8, d), dtype=np.float32)}
+    pool = make_op(template)
+
+    def loss() -> float:
+        return float(pool.forward(x["q_h"], x["ln"])[0].get().astype(np.float64).sum())
+
+    _, attn = pool.forward(x["q_h"], x["ln"])
+    gq, gln = pool.backward(x["q_h"], x["ln"], attn, np.ones((2, h, d), np.float32))
+    analytic = {"q_h": gq.get(), "ln": gln.get()}
+    probes = {n: ref.random_indices(rng, v.shape, 8) for n, v in x.items()}
+    return {"parity_numgrad": ref.central_differences(loss, x, analytic, probes)}
+
+
+TENSORS = {"q_h": Tensor(("H", "D")), "ln": Tensor(("B", "K", "D")),
+           "attn": Tensor(("B", "H", "K"), draw=softmax_rows), "grad_ctx": Tensor(("B", "H", "D")),
+           "ctx": Tensor(("B", "H", "D")), "grad_q_h": Tensor(("H", "D")),
+           "grad_ln": Tensor(("B", "K", "D"))}
+SUITE = ({"B": 2, "K": 8}, {"B": 256, "K": 64}, {"B": 1024, "K": 128}, {"B": 4096, "K": 64},
+         {"B": 4096, "K": 256})
+# Odd shapes: K=1, K not a multiple of the block, K in the thousands, B=1, H=1, D=64/96/256.
+GRID = (({}, {"B": 1, "K": 1}), ({}, {"B": 3, "K": 33}), ({}, {"B": 2, "K": 257}),
+        ({}, {"B": 2, "K": 4096}), ({"N_HORIZONS": 1}, {"B": 4, "K": 16}),
+        ({"HIDDEN_DIM": 64}, {"B": 3, "K": 20}), ({"HIDDEN_DIM": 256}, {"B": 2, "K": 40}),
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 96}, {"B": 2, "K": 77}))
+_COMMON_SPEC = dict(op=PerHorizonAttentionPool, template_keys=("N_HORIZONS", "HIDDEN_DIM"),
+                    tensors=TENSORS, suite=SUITE, grid=GRID, oracles=parity)
+
+SPECS = (
+    KernelSpec(id="pool.forward", method="forward", space=FORWARD_SPACE, reads=("q_h", "ln"),
+               writes=("ctx", "attn"), reference=ref.pool_forward, peer=torch_forward,
+               **_COMMON_SPEC),
+    KernelSpec(id="pool.backward", method="backward", space=BACKWARD_SPACE,
+               reads=("q_h", "ln", "attn", "grad_ctx"), writes=("grad_q_h", "grad_ln"),
+               reference=ref.pool_backward, peer=torch_backward, **_COMMON_SPEC),
+)

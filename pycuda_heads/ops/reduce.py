@@ -1,0 +1,95 @@
+"""reduce_axis0: deterministic column sums y[m] = sum_n x[n, m], no atomics. Used by every
+backward to turn per-block scratch into weight gradients."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import as_device, empty
+from ..core.op import Op
+from ..core.space import KernelSpace
+from ..core.spec import KernelSpec, Tensor
+
+SPACE = KernelSpace(
+    kernel="reduce.axis0",
+    params={"TX": (32, 64, 128), "TY": (1, 2, 4, 8, 16, 32), "SPLIT_ROWS": (64, 256, 1024, 4096)},
+    default={"TX": 32, "TY": 8, "SPLIT_ROWS": 1024},
+    restrictions=("32 <= TX * TY <= 1024",),
+    launch_restrictions=("(N + SPLIT_ROWS - 1) // SPLIT_ROWS <= 65535",),
+)
+
+
+class ReduceAxis0(Op):
+    """``x[N, M] -> y[M]`` in a fixed order: bitwise reproducible for a fixed launch config."""
+
+    FAMILY = "reduce"
+    SPACES = {"axis0": SPACE}
+
+    def __init__(self, launch: Mapping[str, Mapping[str, Any]] | None = None):
+        super().__init__({}, launch)
+
+    def axis0(self, x: Any) -> Any:
+        """``y[m] = sum_n x[n, m]`` of a float32 [N, M] array; a GPUArray [M]."""
+        dims: dict[str, int] = {}
+        x = as_device(x, "x", ("N", "M"), dims)
+        return self.sum_rows(x, dims["N"], dims["M"])
+
+    def sum_rows(self, x: Any, n: int, m: int) -> Any:
+        """Column sums of the device buffer ``x`` viewed as [n, m]; returns a GPUArray [m]."""
+        params = self.launch_params("axis0", {"N": n, "M": m})
+        kernel = self.kernel("axis0", params)
+        tx, ty, rows_per_split = params["TX"], params["TY"], params["SPLIT_ROWS"]
+        src, rows = x, n
+        while True:
+            splits = -(-rows // rows_per_split)
+            dst = empty((splits, m))
+            kernel((-(-m // tx), splits, 1), (tx, ty, 1), src.gpudata, dst.gpudata,
+                   np.int32(rows), np.int32(m), np.int32(rows_per_split))
+            if splits == 1:
+                return dst.reshape(m)
+            src, rows = dst, splits
+
+
+_REDUCER: list[ReduceAxis0] = []
+
+
+def reducer() -> ReduceAxis0:
+    """The shared reducer the backward passes use (tuned-table launch parameters)."""
+    if not _REDUCER:
+        _REDUCER.append(ReduceAxis0())
+    return _REDUCER[0]
+
+
+def reduce_axis0(x: Any) -> Any:
+    """``y[m] = sum_n x[n, m]`` for a float32 [N, M] array (NumPy, GPUArray or CUDA array)."""
+    return reducer().axis0(x)
+
+
+def torch_axis0(torch: Any, x: Any) -> Any:
+    return x.sum(dim=0)
+
+
+def exact_integer_sum(make_op: Callable[[Mapping[str, int]], Any],
+                      template: Mapping[str, int]) -> dict:
+    """Small integers sum exactly in float32: the result must equal the integer sum."""
+    rng = np.random.default_rng(2028)
+    op, ok = make_op(template), True
+    for n, m in ((5000, 33), (300000, 5)):  # one and several reduction levels
+        x = rng.integers(-8, 9, size=(n, m)).astype(np.float32)
+        ok &= bool((op.axis0(x).get() == x.astype(np.int64).sum(axis=0)).all())
+    return {"exact_integer_sum": {"passed": ok}}
+
+
+# reduce.axis0 as the backward passes call it: [B, H*D] scratch rows at the suite's batch sizes.
+_HD = 5 * 128
+SPECS = (
+    KernelSpec(id="reduce.axis0", op=ReduceAxis0, method="axis0", space=SPACE, template_keys=(),
+               tensors={"x": Tensor(("N", "M")), "y": Tensor(("M",))}, reads=("x",),
+               writes=("y",), reference=ref.reduce_axis0, peer=torch_axis0,
+               oracles=exact_integer_sum,
+               suite=({"N": 256, "M": _HD}, {"N": 4096, "M": _HD}, {"N": 65536, "M": _HD}),
+               grid=(({}, {"N": 1, "M": 1}), ({}, {"N": 1, "M": 640}), ({}, {"N": 7, "M": 3}),
+                     ({}, {"N": 5000, "M": 33}), ({}, {"N": 300000, "M": 5}))),
+)

@@ -1,0 +1,1 @@
+"""Performance: GPU timing, the benchmark and its PyTorch peers."""

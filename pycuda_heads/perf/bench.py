@@ -1,0 +1,388 @@
+"""``pycuda-heads bench``: every op x suite shape x pass against what a user would otherwise run.
+
+Providers, measured side by side in one process on one GPU:
+  tuned          the library with ``launch=None`` (the tuned table, else the default)
+  default        the library with every kernel's default launch parameters
+  torch_eager    the same math in PyTorch ops (each kernel's declared peer), when torch is
+                 importable; without torch no peer rows are written and the report says so
+  torch_compile  the same functions through ``torch.compile(dynamic=False)``, compiled per shape
+  floor          bytes that must move / device copy bandwidth measured in this run
+  empty_kernel   one empty kernel launch (once per run), the yardstick of the small shapes
+
+GPU time comes from ``timing.gpu_time_us``: batches of calls queued behind a spin kernel, so the
+CUDA events time the GPU's work, not the Python that enqueues it; the Python cost of a call is
+timed on the host meanwhile (``python_call_us``). Rows go to ``<out>/<gpu-slug>/bench.csv``.
+A measurement whose p80/p20 spread exceeds ``NOISY`` is taken again; a second noisy one is
+kept and flagged in the ``noisy`` column.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import importlib
+import json
+import logging
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .. import __version__, records
+from ..catalog import SUITE_TEMPLATE, BenchCase, Catalog, catalog
+from ..core import device
+from ..core.spec import KernelSpec
+from . import timing
+
+log = logging.getLogger("pycuda_heads.bench")
+
+LIBRARY = ("tuned", "default")
+PEERS = ("torch_eager", "torch_compile")
+NOISY = 1.5
+COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
+           "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
+           "reps", "python_call_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
+           "noisy", "config", "error")
+
+
+def library_op(specs: Sequence[KernelSpec], provider: str,
+               template: Mapping[str, int] = SUITE_TEMPLATE) -> Any:
+    """The library op object of a family: tuned table (launch=None) or every default."""
+    cls = specs[0].op
+    launch = None if provider == "tuned" else {
+        role: dict(space.default) for role, space in cls.SPACES.items()}
+    return cls(**cls.constructor_kwargs(specs[0].template(template)), launch=launch)
+
+
+class CudaHarness:
+    """The GPU side of the bench (PyCUDA, primary context shared with torch, default stream)."""
+
+    torch_device = "cuda"
+
+    def __init__(self) -> None:
+        self._drv = device.cuda()
+        self.slug = device.gpu_slug()
+
+    def env(self) -> dict[str, str]:
+        v = self._drv.get_driver_version()
+        return {"gpu": device.gpu_name(), "driver_version": _driver_version(),
+                "cuda_version": f"{v // 1000}.{v % 1000 // 10}"}
+
+    def upload(self, x: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        import pycuda.gpuarray as gpuarray
+        return {name: gpuarray.to_gpu(a) for name, a in x.items()}
+
+    def library_op(self, specs: Sequence[KernelSpec], provider: str) -> Any:
+        return library_op(specs, provider)
+
+    def sync(self) -> None:
+        self._drv.Context.synchronize()
+
+    def empty_launch(self) -> Callable[[], None]:
+        return timing.empty_launch
+
+    def copy_bandwidth_gbps(self, nbytes: int = 1 << 30, reps: int = 20) -> float:
+        """Device-to-device copy of ``nbytes``, counting bytes read plus bytes written."""
+        drv = self._drv
+        src, dst = drv.mem_alloc(nbytes), drv.mem_alloc(nbytes)
+        start, stop = drv.Event(), drv.Event()
+        try:
+            drv.memset_d32(src, 0x3F800000, nbytes // 4)  # 1.0f, not zeros
+            times = []
+            for i in range(reps + 3):
+                start.record()
+                drv.memcpy_dtod(dst, src, nbytes)
+                stop.record()
+                stop.synchronize()
+                if i >= 3:
+                    times.append(stop.time_since(start) * 1e-3)
+            return 2 * nbytes / float(np.median(times)) / 1e9
+        finally:
+            src.free()
+            dst.free()
+
+    def time(self, fn: Callable[[], Any], reps: int) -> dict[str, float]:
+        """GPU time (median, p20, p80) and Python call cost of a warm ``fn``."""
+        return timing.gpu_time_us(fn, reps=reps)
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.strip().splitlines()[0] if out.strip() else "unknown"
+
+
+def append_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``rows`` to the CSV at ``path``; a file with other columns is rewritten with
+    these (its old rows keep the columns they share)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old: list[dict[str, str]] | None = None
+    if path.is_file() and path.stat().st_size:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            if tuple(reader.fieldnames or ()) != COLUMNS:
+                old = list(reader)
+    fresh = not path.is_file() or not path.stat().st_size or old is not None
+    with path.open("w" if fresh else "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        if fresh:
+            writer.writeheader()
+        for row in old or ():
+            writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        for row in rows:
+            writer.writerow({k: _cell(row.get(k)) for k in COLUMNS})
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _load_peers(torch_device: str) -> tuple[Any, str, str]:
+    """(peers_torch module or None, torch version or 'absent', why torch is unusable or '')."""
+    try:
+        peers = importlib.import_module(".peers_torch", __package__)
+        peers.prepare(torch_device)
+    except Exception as exc:  # a missing or broken torch means no peer rows, never a crash
+        return None, "absent", f"torch unusable: {type(exc).__name__}: {exc}"
+    return peers, peers.torch.__version__, ""
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400]
+
+
+class Bench:
+    """One run: measures op x shape x pass x provider and appends the rows per shape."""
+
+    def __init__(self, harness: Any, ops: Sequence[str], quick: bool, out_root: Path,
+                 commit: str, cat: Catalog | None = None) -> None:
+        self.harness, self.quick = harness, quick
+        self.catalog = cat or catalog()
+        families = self.catalog.families()
+        unknown = sorted(set(ops) - set(families))
+        if unknown:
+            raise ValueError(f"unknown ops {unknown}; expected some of {sorted(families)}")
+        self.ops = tuple(ops)
+        self.reps = 10 if quick else 30
+        self.path = Path(out_root) / harness.slug / records.BENCH_CSV
+        self.peers, torch_version, self.torch_error = _load_peers(harness.torch_device)
+        self.base = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                         timespec="seconds"),
+                     "commit": commit, "library_version": __version__,
+                     "torch_version": torch_version, **harness.env()}
+        self._ops: dict[tuple[str, str], Any] = {}
+        self.bandwidth = float("nan")  # GB/s, measured first thing in run()
+
+    def plan(self) -> list[tuple[str, dict[str, int], list[BenchCase]]]:
+        """(op, shape, its cases) in run order; --quick keeps each op's smallest and largest."""
+        by_shape: dict[tuple[str, str], list[BenchCase]] = {}
+        for case in self.catalog.bench_cases():
+            if case.op in self.ops:
+                by_shape.setdefault((case.op, records.dims_label(case.shape)), []).append(case)
+        out = []
+        for op in self.ops:
+            shapes = [(k, v) for k, v in by_shape.items() if k[0] == op]
+            if self.quick and len(shapes) > 2:
+                shapes = [shapes[0], shapes[-1]]
+            out += [(op, dict(cases[0].shape), cases) for _, cases in shapes]
+        return out
+
+    def providers(self) -> tuple[str, ...]:
+        return LIBRARY + (PEERS if self.peers is not None else ())
+
+    def run(self) -> Path:
+        from tqdm import tqdm
+        if self.torch_error:
+            log.warning("%s: the torch peers are not measured", self.torch_error)
+        self.bandwidth = self.harness.copy_bandwidth_gbps()
+        log.info("device copy bandwidth %.0f GB/s", self.bandwidth)
+        plan = self.plan()
+        total = 1 + sum(len(cases) * len(self.providers()) for _, _, cases in plan)
+        with tqdm(total=total, desc="bench", unit="case", mininterval=1.0) as bar:
+            empty = self._measure(self.harness.empty_launch(), "empty kernel")
+            append_rows(self.path, [self._row("empty_kernel", "-", "-", "empty_kernel", empty)])
+            bar.update()
+            for op, shape, cases in plan:
+                bar.set_postfix_str(f"{op} {records.dims_label(shape)}")
+                append_rows(self.path, self._shape_rows(op, shape, cases, bar))
+        return self.path
+
+    def _row(self, op: str, shape: str, pass_: str, provider: str,
+             result: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+        return {**self.base, "op": op, "shape": shape, "pass": pass_, "provider": provider,
+                "copy_bandwidth_GBps": self.bandwidth, **result, **extra}
+
+    def _measure(self, fn: Callable[[], Any], what: str) -> dict[str, Any]:
+        try:
+            for _ in range(3):  # compile, allocate, fill the caches
+                fn()
+            self.harness.sync()
+            t = self.harness.time(fn, self.reps)
+            if _spread(t) > NOISY:  # once more; the quieter of the two is kept
+                again = self.harness.time(fn, self.reps)
+                t = min(t, again, key=_spread)
+        except Exception as exc:  # one failing provider must not end the run
+            log.warning("%s failed: %s", what, _error(exc))
+            return {"error": _error(exc)}
+        out = {k: t[k] for k in ("median_us", "p20_us", "p80_us", "reps", "python_call_us")}
+        out["noisy"] = int(_spread(t) > NOISY)
+        return out
+
+    def _library(self, op: str, provider: str) -> Any:
+        key = (op, provider)
+        if key not in self._ops:
+            self._ops[key] = self.harness.library_op(self.catalog.families()[op], provider)
+        return self._ops[key]
+
+    def _calls(self, op: str, case: BenchCase, x_lib: Mapping[str, Any],
+               x_torch: Mapping[str, Any] | None) -> dict[str, Any]:
+        """provider -> callable running the case's kernels, or provider -> error text."""
+        calls: dict[str, Any] = {}
+        for provider in LIBRARY:
+            try:
+                obj = self._library(op, provider)
+                calls[provider] = _chain([_bound(k.call, obj, x_lib) for k in case.kernels])
+            except Exception as exc:
+                calls[provider] = _error(exc)
+        if self.peers is not None:
+            for provider in PEERS:
+                if any(k.peer is None for k in case.kernels):
+                    calls[provider] = "no torch peer is declared for this kernel"
+                    continue
+                compiled = provider == "torch_compile"
+                calls[provider] = _chain([self.peers.call(k, x_torch, compiled)
+                                          for k in case.kernels])
+        return calls
+
+    def _shape_rows(self, op: str, shape: Mapping[str, int], cases: Sequence[BenchCase],
+                    bar: Any) -> list[dict[str, Any]]:
+        label = records.dims_label(shape)
+        x = self.catalog.family_inputs(op, SUITE_TEMPLATE, shape)
+        x_lib = self.harness.upload(x)
+        x_torch = None
+        if self.peers is not None:
+            self.peers.reset()  # a fresh compile cache per shape: no recompile limits
+            x_torch = self.peers.to_torch(x, self.harness.torch_device)
+        rows = []
+        for case in cases:
+            fb = case.floor_bytes()
+            floor_us = fb / (self.bandwidth * 1e3)
+            rows.append(self._row(op, label, case.pass_, "floor",
+                                  {"median_us": floor_us, "p20_us": floor_us, "p80_us": floor_us},
+                                  floor_bytes=fb))
+            reference = None
+            for provider, fn in self._calls(op, case, x_lib, x_torch).items():
+                extra: dict[str, Any] = {"floor_bytes": fb}
+                if isinstance(fn, str):
+                    result: dict[str, Any] = {"error": fn}
+                else:
+                    result = self._measure(fn, f"{op} {label} {case.pass_} {provider}")
+                    if provider in LIBRARY:
+                        extra["config"] = self._config(op, provider, case)
+                    single = len(case.kernels) == 1
+                    if provider == "tuned" and single and "error" not in result:
+                        reference = _as_tuple(fn())
+                    elif provider in PEERS and reference is not None and "error" not in result:
+                        extra["max_rel_err"] = self._check(reference, fn)
+                rows.append(self._row(op, label, case.pass_, provider, result, **extra))
+                bar.update()
+        return rows
+
+    def _config(self, op: str, provider: str, case: BenchCase) -> str:
+        """The launch parameters this pass's kernels ran with, and where they came from."""
+        chosen = getattr(self._library(op, provider), "chosen", {})
+        roles = [k.role for k in case.kernels]
+        return json.dumps({r: chosen[r] for r in roles if r in chosen}, sort_keys=True)
+
+    def _check(self, library_out: tuple[Any, ...], peer: Callable[[], Any]) -> float | None:
+        """Largest relative difference of the peer's outputs from the tuned kernels'."""
+        try:
+            err = self.peers.max_rel_err(library_out, _as_tuple(peer()))
+        except Exception as exc:
+            log.warning("peer check failed: %s", _error(exc))
+            return None
+        if err > 1e-3:
+            log.warning("torch peer disagrees with the library: max rel err %.3g", err)
+        return err
+
+
+def _spread(t: Mapping[str, float]) -> float:
+    return t["p80_us"] / t["p20_us"] if t.get("p20_us") else float("inf")
+
+
+def _bound(call: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: call(*args)
+
+
+def _chain(fns: Sequence[Callable[[], Any]]) -> Callable[[], Any]:
+    if len(fns) == 1:
+        return fns[0]
+    return lambda: [f() for f in fns]
+
+
+def _as_tuple(out: Any) -> tuple[Any, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def summary(rows: Sequence[Mapping[str, str]]) -> str:
+    """A plain table of one run's medians (what the device call's output tail shows)."""
+    cols = ("tuned", "default", "torch_eager", "torch_compile", "floor")
+    table: dict[tuple[str, str, str], dict[str, str]] = {}
+    for r in rows:
+        if r["provider"] in cols:
+            v = float(r["median_us"]) if r.get("median_us") else None
+            cell = "error" if v is None else f"{v:.1f}" if v >= 1 else f"{v:.3f}"
+            table.setdefault((r["op"], r["shape"], r["pass"]), {})[r["provider"]] = cell
+    lines = [f"{'op':9} {'shape':16} {'pass':9} " + " ".join(f"{c:>13}" for c in cols)]
+    for (op, shape, pass_), cells in table.items():
+        lines.append(f"{op:9} {shape:16} {pass_:9} "
+                     + " ".join(f"{cells.get(c, '-'):>13}" for c in cols))
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ops", nargs="+", choices=sorted(catalog().families()),
+                        default=[f for f in catalog().families() if f != "reduce"],
+                        help="ops to measure (default: every op but reduce, which the "
+                             "backward passes include)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smallest and largest shape of each op, fewer repetitions")
+    parser.add_argument("--out", type=Path, default=Path("reports"),
+                        help="reports folder; rows go to OUT/<gpu-slug>/bench.csv")
+    parser.add_argument("--commit", default=None,
+                        help="commit to record (default: git describe, else 'unknown')")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("bench", description=__doc__,
+                                   help="time every op against PyTorch and the floor (GPU)",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    try:
+        harness = CudaHarness()
+    except device.GpuUnavailableError as exc:
+        print(f"pycuda-heads bench: {exc}")
+        return 2
+    bench = Bench(harness, args.ops, args.quick, args.out,
+                  args.commit or records.git_state()["describe"])
+    path = bench.run()
+    with path.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["date"] == bench.base["date"]]
+    print(summary(rows))
+    print(f"{len(rows)} rows appended to {path} in {time.perf_counter() - start:.0f} s")
+    return 0
+

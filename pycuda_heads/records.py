@@ -1,0 +1,107 @@
+"""How results are named and written, for every layer: shape labels, GPU slugs, file names in
+``reports/<gpu>/``, git state and crash-safe writes. Imports nothing of the package."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+# Files of one GPU's folder under reports/.
+BENCH_CSV = "bench.csv"
+VALIDATION_JSON = "validation.json"
+GPU_TESTS_JSON = "gpu_tests.json"
+TUNING_DIR = "tuning"
+EFFICIENCY_JSON = "efficiency.json"
+RUNS_JSON = "runs.json"
+JOURNAL = "optuna.journal"
+# A tuning cache is named <kernel>__<template>__<shape>.json.
+CACHE_GLOB = "*__*__*.json"
+# The pass name of a forward and backward timed together.
+FWD_BWD = "fwd+bwd"
+
+
+def dims_label(dims: Mapping[str, Any]) -> str:
+    """'B=4096,K=256' (keys sorted); 'none' for no entries. The one spelling of a shape or a
+    set of template constants in files, studies, tables and plots."""
+    return ",".join(f"{k}={int(dims[k])}" for k in sorted(dims)) or "none"
+
+
+def parse_dims(text: str) -> dict[str, int]:
+    """'B=4096,K=256' -> {'B': 4096, 'K': 256}; ValueError naming what is wrong."""
+    out: dict[str, int] = {}
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise ValueError(f"expected NAME=INT pairs separated by commas, got {text!r}")
+    for part in parts:
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key or not re.fullmatch(r"[A-Za-z_]\w*", key):
+            raise ValueError(f"expected NAME=INT pairs separated by commas, got {text!r}")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise ValueError(f"{key} must be an integer in {text!r}, got {value.strip()!r}") \
+                from None
+    return out
+
+
+def slug(text: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200': folder, table and plot file names."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
+
+
+def git_state(where: Path | str | None = None) -> dict[str, Any]:
+    """``{"commit": full hash or None, "describe": short hash (+ '-dirty'), "dirty": bool or
+    None}`` of the checkout holding ``where`` (this package when None)."""
+    where = Path(where or Path(__file__).resolve().parent)
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(where), *args], capture_output=True,
+                                  text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    status = git("status", "--porcelain")
+    return {"commit": git("rev-parse", "HEAD"),
+            "describe": git("describe", "--always", "--dirty") or "unknown",
+            "dirty": None if status is None else bool(status)}
+
+
+def write_text(path: Path | str, text: str) -> None:
+    """Write ``text`` so that a reader sees the old file or the new one, never a part: a unique
+    temporary name in the same folder, fsync, then rename. Concurrent writers never collide."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: Path | str, data: Any, indent: int | None = 1) -> None:
+    write_text(path, json.dumps(data, indent=indent, default=float) + "\n")
+
+
+def read_json(path: Path | str, what: str = "file") -> Any:
+    """The JSON in ``path``; a ValueError naming the file when it is not valid JSON."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{what} {path} is not valid JSON ({exc}); delete or restore it") \
+            from None

@@ -1,0 +1,1 @@
+"""Reports built from stored data; needs no GPU and imports no op."""

@@ -1,0 +1,115 @@
+"""``pycuda-heads report``: turn the stored benchmark, tuning and validation data of each GPU
+into ``reports/<gpu-slug>/README.md`` with PNG plots beside it, and ``reports/README.md`` as the
+index. Needs no GPU; missing inputs are named in the report instead of failing it."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import records
+from . import data as report_data
+from . import plots as report_plots
+from . import tables as report_tables
+
+# What makes a folder under reports/ a GPU's folder.
+_DATA = ("bench.csv", "validation.json", "tuning")
+
+
+def build(gpu_dir: Path) -> Path:
+    """Write ``gpu_dir/README.md`` and its plots from the data in ``gpu_dir``."""
+    gpu_dir = Path(gpu_dir)
+    gpu_dir.mkdir(parents=True, exist_ok=True)
+    data = report_data.load(gpu_dir)
+    cases = report_data.cases(data.bench)
+    empty_us = report_data.empty_kernel_us(data.bench)
+    parts = [report_tables.header(data, empty_us), report_tables.inputs(data),
+             report_tables.headline(cases),
+             report_tables.targets(report_data.targets(cases, empty_us), empty_us)]
+    if cases:
+        parts.append("## Results per op\n")
+    for op in report_data.ops(cases):
+        mine = [c for c in cases if c.op == op]
+        plots = [f"{op}_time.png", f"{op}_floor.png"]
+        report_plots.op_times(op, mine, empty_us, gpu_dir / plots[0])
+        report_plots.op_floor(op, mine, gpu_dir / plots[1])
+        parts.append(report_tables.op_section(op, mine, plots))
+    parts.append(report_tables.tuning(data, _tuning_plots(data)))
+    parts.append(report_tables.efficiency(data))
+    parts.append(report_tables.validation(data))
+    if cases:
+        parts.append(report_tables.METHOD)
+    path = gpu_dir / "README.md"
+    records.write_text(path, "\n".join(p for p in parts if p).rstrip("\n") + "\n")
+    return path
+
+
+def _tuning_plots(data: report_data.ReportData) -> dict[str, str]:
+    """cache file -> plot file, drawn into the GPU folder."""
+    exhaustive = {(e.get("kernel"), _key(e.get("shape"))): e.get("exhaustive_best_us")
+                  for e in data.efficiency or ()}
+    plots = {}
+    for cache in data.tuning:
+        name = f"tuning_{records.slug(Path(cache['file']).stem)}.png"
+        best = exhaustive.get((cache["kernel"], _key(cache.get("shape"))))
+        report_plots.tuning(cache, best, data.gpu_dir / name)
+        plots[cache["file"]] = name
+    return plots
+
+
+def _key(shape: Any) -> str:
+    return json.dumps(shape, sort_keys=True)
+
+
+def gpu_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in Path(root).iterdir()
+                  if p.is_dir() and any((p / name).exists() for name in _DATA))
+
+
+def build_index(root: Path) -> Path:
+    """``root/README.md``: one line per GPU folder, linking its report."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for d in gpu_dirs(root):
+        data = report_data.load(d)
+        dates = sorted({r.get("date", "") for r in data.bench} - {""})
+        commits = {r.get("commit", "") for r in data.bench if r.get("date") == (dates or [""])[-1]}
+        rows.append((data.gpu, dates[-1] if dates else "no benchmark", ", ".join(sorted(commits))
+                     or "–", f"[{d.name}/README.md]({d.name}/README.md)"))
+    lines = ["# Performance reports", "",
+             "One folder per GPU: its benchmark data (`bench.csv`), tuning caches, validation "
+             "record, and the report generated from them by `pycuda-heads report`. The "
+             "measurements come from `pycuda-heads bench` on that GPU.", ""]
+    lines.append(report_tables.table(("GPU", "latest benchmark", "commit", "report"), rows)
+                 if rows else "No GPU has data yet: run `pycuda-heads bench` on one.")
+    path = root / "README.md"
+    records.write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reports", type=Path, default=Path("reports"),
+                        help="the reports folder, one sub-folder per GPU (default: reports)")
+    parser.add_argument("--gpu", nargs="+", metavar="SLUG",
+                        help="GPU folders to rebuild (default: every folder holding data)")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("report", help="write the per-GPU reports and their index "
+                                                  "from stored data (no GPU)",
+                                   description=__doc__)
+    add_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    root = Path(args.reports)
+    slugs: Sequence[str] = args.gpu or ([d.name for d in gpu_dirs(root)] if root.is_dir() else [])
+    for slug in slugs:
+        path = build(root / slug)
+        print(f"wrote {path}")
+    print(f"wrote {build_index(root)}")
+    return 0
+

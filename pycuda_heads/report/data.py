@@ -1,0 +1,279 @@
+"""The stored data a report is built from, loaded without a GPU: the benchmark CSV (latest run
+per gpu, op, shape, pass and provider), the tuning caches, the tuner-efficiency table and the
+validation record. Any of them may be missing or unreadable: that is recorded, never raised.
+Then the benchmark rows as cases, their ratios and the team's targets."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..records import CACHE_GLOB, EFFICIENCY_JSON, FWD_BWD, dims_label
+
+NUMERIC = ("median_us", "p20_us", "p80_us", "reps", "python_call_us", "floor_bytes",
+           "copy_bandwidth_GBps", "max_rel_err")
+
+
+@dataclass
+class ReportData:
+    gpu_dir: Path
+    bench: list[dict[str, Any]] = field(default_factory=list)
+    tuning: list[dict[str, Any]] = field(default_factory=list)
+    efficiency: list[dict[str, Any]] | None = None
+    validation: dict[str, Any] | None = None
+    missing: list[str] = field(default_factory=list)   # inputs that are absent, as sentences
+    problems: list[str] = field(default_factory=list)  # inputs that could not be read
+
+    @property
+    def slug(self) -> str:
+        return self.gpu_dir.name
+
+    @property
+    def gpu(self) -> str:
+        """The GPU's name as the data spells it, else the folder name."""
+        for source in (self.bench, [self.validation or {}], self.tuning):
+            for item in source:
+                if item.get("gpu"):
+                    return str(item["gpu"])
+        return self.slug
+
+
+def number(text: Any) -> float | None:
+    """A CSV cell as a finite float, None when empty or not a number."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest row per (gpu, op, shape, pass, provider); on equal dates the later line wins."""
+    best: dict[tuple, tuple[str, int, dict[str, Any]]] = {}
+    for i, row in enumerate(rows):
+        key = tuple(row.get(k, "") for k in ("gpu", "op", "shape", "pass", "provider"))
+        stamp = (row.get("date") or "", i)
+        if key not in best or stamp >= best[key][:2]:
+            best[key] = (*stamp, row)
+    return [entry[2] for entry in sorted(best.values(), key=lambda e: e[1])]
+
+
+def read_bench(path: Path) -> list[dict[str, Any]]:
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for key in NUMERIC:
+            row[key] = number(row.get(key))
+    return latest(rows)
+
+
+def _json(path: Path, data: ReportData, what: str) -> Any:
+    if not path.is_file():
+        data.missing.append(f"{what} (`{path.relative_to(data.gpu_dir)}`)")
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        data.problems.append(f"`{path.relative_to(data.gpu_dir)}` could not be read: {exc}")
+        return None
+
+
+def load(gpu_dir: Path) -> ReportData:
+    """Everything stored under ``reports/<gpu-slug>/``."""
+    data = ReportData(Path(gpu_dir))
+    bench = data.gpu_dir / "bench.csv"
+    if bench.is_file():
+        try:
+            data.bench = read_bench(bench)
+        except (OSError, csv.Error, UnicodeDecodeError) as exc:
+            data.problems.append(f"`bench.csv` could not be read: {exc}")
+    else:
+        data.missing.append("benchmark results (`bench.csv`, written by `pycuda-heads bench`)")
+    tuning = data.gpu_dir / "tuning"
+    caches = sorted(tuning.glob(CACHE_GLOB))
+    if not caches:
+        data.missing.append("tuning caches (`tuning/<kernel>__<template>__<shape>.json`, "
+                            "written by the tuner)")
+    for path in caches:
+        cache = _json(path, data, "tuning cache")
+        if isinstance(cache, dict) and cache.get("kernel"):
+            data.tuning.append({**cache, "file": path.name})
+        elif cache is not None:
+            data.problems.append(f"`tuning/{path.name}` is not a tuning cache (no `kernel`)")
+    efficiency = _json(tuning / EFFICIENCY_JSON, data, "tuner efficiency table")
+    if efficiency is not None and not isinstance(efficiency, list):
+        data.problems.append(f"`tuning/{EFFICIENCY_JSON}` is not a list")
+        efficiency = None
+    data.efficiency = efficiency
+    validation = _json(data.gpu_dir / "validation.json", data, "GPU validation record")
+    if validation is not None and not isinstance(validation, dict):
+        data.problems.append("`validation.json` is not an object")
+        validation = None
+    data.validation = validation
+    return data
+
+# --- benchmark rows as cases (op x shape x pass, one row per provider), their ratios, targets
+
+
+PROVIDERS = ("tuned", "default", "torch_eager", "torch_compile")
+LABELS = {"tuned": "tuned", "default": "default", "torch_eager": "torch eager",
+          "torch_compile": "torch.compile", "floor": "floor"}
+PASS_ORDER = ("forward", "backward", FWD_BWD)
+
+# The team's goals, measured on the H200.
+FLOOR_GOAL = 0.75     # largest shapes, fwd+bwd: fraction of the copy-bandwidth floor
+COMPILE_GOAL = 5.0    # largest shapes, fwd+bwd: speed-up over torch.compile
+EMPTY_GOAL = 2.0      # smallest shapes: GPU time over one empty kernel launch
+
+
+def shape_text(shape: Any) -> str:
+    """A shape as the CSV spells it ('B=4096,K=256'), from a dict or a string."""
+    return dims_label(shape) if isinstance(shape, dict) else str(shape or "")
+
+
+def shape_size(shape: str) -> int:
+    """'B=4096,K=256' -> 4096*256: orders the shapes of an op."""
+    sizes = []
+    for part in shape.split(","):
+        try:
+            sizes.append(int(part.split("=", 1)[1]))
+        except (IndexError, ValueError):
+            return 0
+    return math.prod(sizes)
+
+
+@dataclass
+class Case:
+    op: str
+    shape: str
+    pass_: str
+    rows: dict[str, dict[str, Any]]
+
+    def time(self, provider: str) -> float | None:
+        row = self.rows.get(provider)
+        return row.get("median_us") if row and not row.get("error") else None
+
+    def error(self, provider: str) -> str | None:
+        row = self.rows.get(provider)
+        return (row.get("error") or None) if row else None
+
+    def call_us(self, provider: str) -> float | None:
+        row = self.rows.get(provider)
+        return row.get("python_call_us") if row and not row.get("error") else None
+
+    def over_tuned(self, provider: str) -> float | None:
+        """``provider``'s time over the tuned time: the tuned kernels' speed-up over it."""
+        t, other = self.time("tuned"), self.time(provider)
+        return other / t if t and other else None
+
+    @property
+    def floor_fraction(self) -> float | None:
+        return self.over_tuned("floor")
+
+
+def pass_order(pass_: str) -> tuple[int, str]:
+    return (PASS_ORDER.index(pass_) if pass_ in PASS_ORDER else len(PASS_ORDER), pass_)
+
+
+def cases(rows: Iterable[dict[str, Any]]) -> list[Case]:
+    grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("op") == "empty_kernel":
+            continue
+        key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
+        grouped.setdefault(key, {})[row.get("provider", "")] = row
+    out = [Case(op, shape, pass_, r) for (op, shape, pass_), r in grouped.items()]
+    first = {op: i for i, op in reversed(list(enumerate(c.op for c in out)))}
+    out.sort(key=lambda c: (first[c.op], shape_size(c.shape), c.shape, pass_order(c.pass_)))
+    return out
+
+
+def empty_kernel_us(rows: Iterable[dict[str, Any]]) -> float | None:
+    for row in rows:
+        if row.get("provider") == "empty_kernel" and not row.get("error"):
+            return row.get("median_us")
+    return None
+
+
+def ops(all_cases: Sequence[Case]) -> list[str]:
+    """The ops in the order the benchmark wrote them."""
+    return list(dict.fromkeys(c.op for c in all_cases))
+
+
+def extreme_cases(all_cases: Sequence[Case], op: str, largest: bool) -> list[Case]:
+    """The cases of ``op`` at its largest (or smallest) measured shape."""
+    mine = [c for c in all_cases if c.op == op]
+    if not mine:
+        return []
+    pick = (max if largest else min)(shape_size(c.shape) for c in mine)
+    return [c for c in mine if shape_size(c.shape) == pick]
+
+
+@dataclass
+class Target:
+    goal: str      # which of the three goals
+    case: Case
+    value: float | None
+    met: bool | None  # None: not measured
+    detail: str
+
+
+def _floor_target(case: Case) -> Target:
+    f, t, floor = case.floor_fraction, case.time("tuned"), case.time("floor")
+    if f is None or t is None or floor is None:
+        return Target("floor", case, None, None, _why_unmeasured(case, ("tuned", "floor")))
+    if f >= FLOOR_GOAL:
+        return Target("floor", case, f, True, f"reaches {f:.0%} of the floor")
+    return Target("floor", case, f, False,
+                  f"reaches {f:.0%} of the floor, {100 * (FLOOR_GOAL - f):.0f} points short: "
+                  f"needs {FLOOR_GOAL / f:.2f}x faster (<= {floor / FLOOR_GOAL:.1f} us)")
+
+
+def _compile_target(case: Case) -> Target:
+    x, compiled = case.over_tuned("torch_compile"), case.time("torch_compile")
+    if x is None or compiled is None:
+        return Target("compile", case, None, None,
+                      _why_unmeasured(case, ("tuned", "torch_compile")))
+    if x >= COMPILE_GOAL:
+        return Target("compile", case, x, True, f"{x:.2f}x faster than torch.compile")
+    return Target("compile", case, x, False,
+                  f"{x:.2f}x faster than torch.compile: needs {COMPILE_GOAL / x:.2f}x more "
+                  f"(<= {compiled / COMPILE_GOAL:.1f} us)")
+
+
+def _empty_target(case: Case, empty_us: float | None) -> Target:
+    t = case.time("tuned")
+    if t is None or not empty_us:
+        why = "no empty-kernel measurement" if not empty_us else _why_unmeasured(case, ("tuned",))
+        return Target("empty", case, None, None, why)
+    r = t / empty_us
+    if r <= EMPTY_GOAL:
+        return Target("empty", case, r, True, f"{r:.2f}x an empty launch")
+    return Target("empty", case, r, False,
+                  f"{r:.2f}x an empty launch: {r / EMPTY_GOAL:.2f}x too slow "
+                  f"(needs <= {EMPTY_GOAL * empty_us:.1f} us)")
+
+
+def _why_unmeasured(case: Case, providers: Sequence[str]) -> str:
+    reasons = []
+    for p in providers:
+        if case.time(p) is None:
+            err = case.error(p)
+            reasons.append(f"{LABELS[p]} {'failed: ' + err if err else 'not measured'}")
+    return "; ".join(reasons) or "not measured"
+
+
+def targets(all_cases: Sequence[Case], empty_us: float | None) -> list[Target]:
+    """Every target of every op: the two largest-shape goals on fwd+bwd, then the small-shape
+    goal on every pass of the smallest shape."""
+    out: list[Target] = []
+    for op in ops(all_cases):
+        for case in extreme_cases(all_cases, op, largest=True):
+            if case.pass_ == FWD_BWD:
+                out += [_floor_target(case), _compile_target(case)]
+    for op in ops(all_cases):
+        out += [_empty_target(c, empty_us) for c in extreme_cases(all_cases, op, largest=False)]
+    return out

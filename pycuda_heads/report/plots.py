@@ -1,0 +1,114 @@
+"""The report's PNG plots, drawn with matplotlib's Agg canvas (no display, no pyplot state)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from .data import (
+    FLOOR_GOAL,
+    LABELS,
+    PROVIDERS,
+    Case,
+    pass_order,
+    shape_size,
+    shape_text,
+)
+
+STYLE = {"tuned": ("C0", "o", "-"), "default": ("C1", "s", "-"), "torch_eager": ("C2", "^", "-"),
+         "torch_compile": ("C3", "v", "-"), "floor": ("k", "", "--")}
+
+
+def _figure(n_panels: int, width: float = 4.6, height: float = 3.6) -> Any:
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width * n_panels, height), layout="constrained")
+    return fig, fig.subplots(1, n_panels, squeeze=False)[0]
+
+
+def _panels(op_cases: Sequence[Case]) -> list[tuple[str, list[Case]]]:
+    by_pass: dict[str, list[Case]] = {}
+    for c in op_cases:
+        by_pass.setdefault(c.pass_, []).append(c)
+    return [(p, sorted(by_pass[p], key=lambda c: shape_size(c.shape)))
+            for p in sorted(by_pass, key=pass_order)]
+
+
+def op_times(op: str, op_cases: Sequence[Case], empty_us: float | None, path: Path) -> None:
+    """Median GPU time by shape of every provider (log scale), one panel per pass."""
+    panels = _panels(op_cases)
+    fig, axes = _figure(len(panels))
+    for ax, (pass_, cs) in zip(axes, panels):
+        x = range(len(cs))
+        for provider in (*PROVIDERS, "floor"):
+            color, marker, line = STYLE[provider]
+            points = [(i, c.time(provider)) for i, c in zip(x, cs) if c.time(provider)]
+            if points:
+                ax.plot(*zip(*points), color=color, marker=marker, linestyle=line,
+                        label=LABELS[provider])
+        if empty_us:
+            ax.axhline(empty_us, color="grey", linestyle=":", label="empty kernel")
+        ax.set_yscale("log")
+        ax.set_xticks(list(x), [c.shape for c in cs], rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{op} {pass_}")
+        ax.set_ylabel("GPU time per call (us)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.savefig(path, dpi=100)
+
+
+def op_floor(op: str, op_cases: Sequence[Case], path: Path) -> None:
+    """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass."""
+    panels = _panels(op_cases)
+    fig, axes = _figure(len(panels))
+    for ax, (pass_, cs) in zip(axes, panels):
+        x = range(len(cs))
+        top = 1.05
+        for provider in PROVIDERS:
+            color, marker, line = STYLE[provider]
+            points = [(i, c.time("floor") / c.time(provider)) for i, c in zip(x, cs)
+                      if c.time("floor") and c.time(provider)]
+            if points:
+                ax.plot(*zip(*points), color=color, marker=marker, linestyle=line,
+                        label=LABELS[provider])
+                top = max(top, 1.05 * max(f for _, f in points))
+        ax.axhline(FLOOR_GOAL, color="k", linestyle="--", label=f"goal {FLOOR_GOAL:.0%}")
+        ax.set_ylim(0, top)
+        ax.set_xticks(list(x), [c.shape for c in cs], rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"{op} {pass_}")
+        ax.set_ylabel("floor time / time")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.savefig(path, dpi=100)
+
+
+def tuning(cache: dict[str, Any], exhaustive_us: float | None, path: Path) -> None:
+    """Best-so-far time against trial for every study of one cache, and the knobs' importance."""
+    from matplotlib.ticker import MaxNLocator
+    fig, (hist, imp) = _figure(2)
+    studies: dict[str, list[tuple[float, float]]] = {}
+    for h in cache.get("history") or ():
+        if h.get("best_so_far_us") is not None and h.get("trial") is not None:
+            label = f"{h.get('mode', h.get('study', '?'))} seed {h.get('seed', '?')}"
+            studies.setdefault(label, []).append((h["trial"], h["best_so_far_us"]))
+    for label, points in sorted(studies.items()):
+        hist.plot(*zip(*sorted(points)), drawstyle="steps-post", label=label)
+    if cache.get("default_time_us"):
+        hist.axhline(cache["default_time_us"], color="grey", linestyle=":", label="default")
+    if exhaustive_us:
+        hist.axhline(exhaustive_us, color="k", linestyle="--", label="exhaustive best")
+    if not studies:
+        hist.text(0.5, 0.5, "no tuning history", ha="center", transform=hist.transAxes)
+    hist.xaxis.set_major_locator(MaxNLocator(integer=True))
+    hist.set_xlabel("trial")
+    hist.set_ylabel("best time so far (us)")
+    hist.set_title(f"{cache['kernel']} {shape_text(cache.get('shape'))}")
+    hist.grid(True, alpha=0.3)
+    if studies or cache.get("default_time_us") or exhaustive_us:
+        hist.legend(fontsize=7)
+    importance = sorted((cache.get("importance") or {}).items(), key=lambda kv: kv[1])
+    if importance:
+        imp.barh([k for k, _ in importance], [v for _, v in importance], color="C0")
+    else:
+        imp.text(0.5, 0.5, "no importance recorded", ha="center", transform=imp.transAxes)
+    imp.set_xlabel("importance")
+    imp.set_title("parameter importance")
+    fig.savefig(path, dpi=100)

@@ -1,0 +1,214 @@
+"""Static check of a rendered variant with plain nvcc (no GPU, no PyCUDA needed), and the
+``pycuda-heads check`` command.
+
+Compiles to PTX, rejects any atomic or reduction-to-memory instruction, assembles with
+``ptxas -v`` and reads registers, stack frame, spills and shared memory per kernel entry.
+Results are cached on disk by variant hash, architecture and nvcc version.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import records
+from ..catalog import SUITE_TEMPLATE, Catalog, catalog
+from ..core.compile import NVCC_OPTIONS
+from ..core.source import render, variant_hash
+from ..core.spec import KernelSpec
+
+DEFAULT_ARCHS = ("sm_90", "sm_80", "sm_86", "sm_89")
+# atom.* and red.* (also multimem.red, cp.reduce.async.bulk): anything that lets two writers merge.
+_ATOMIC = re.compile(r"^\s*(?:@!?%\w+\s+)?((?:multimem\.)?(?:atom|red)\.\S*|cp\.reduce\.\S*)", re.M)
+_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+class NvccUnavailableError(RuntimeError):
+    """nvcc/ptxas are not on the PATH."""
+
+
+@dataclass
+class EntryResources:
+    registers: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    static_shared_bytes: int = 0
+
+
+@dataclass
+class StaticReport:
+    family: str
+    constants: dict[str, int]
+    arch: str
+    variant: str
+    atomics: list[str] = field(default_factory=list)
+    entries: dict[str, EntryResources] = field(default_factory=dict)
+
+    @property
+    def spills(self) -> bool:
+        return any(e.spill_store_bytes or e.spill_load_bytes for e in self.entries.values())
+
+    @property
+    def ok(self) -> bool:
+        return not self.atomics and not self.spills and bool(self.entries)
+
+    def problems(self) -> list[str]:
+        out = [f"atomic instruction {a}" for a in self.atomics]
+        out += [f"{name} spills {e.spill_store_bytes} B stores / {e.spill_load_bytes} B loads"
+                for name, e in self.entries.items() if e.spill_store_bytes or e.spill_load_bytes]
+        if not self.entries:
+            out.append("no kernel entry was compiled")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "problems": self.problems()}
+
+
+@lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None or shutil.which("ptxas") is None:
+        raise NvccUnavailableError("the static check needs nvcc and ptxas on the PATH")
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("PYCUDA_HEADS_CACHE") or Path.home() / ".cache" / "pycuda-heads"
+    path = Path(root) / "static"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def parse_ptxas(log: str) -> dict[str, EntryResources]:
+    """Per-entry resources from ``ptxas -v`` output."""
+    entries: dict[str, EntryResources] = {}
+    current = None
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            current = entries.setdefault(m.group(1), EntryResources())
+        elif current is None:
+            continue
+        elif m := _FRAME.search(line):
+            current.stack_bytes, current.spill_store_bytes, current.spill_load_bytes = map(int, m.groups())
+        elif m := _USED.search(line):
+            current.registers = int(m.group(1))
+            if s := _SMEM.search(line):
+                current.static_shared_bytes = int(s.group(1))
+    return entries
+
+
+def find_atomics(ptx: str) -> list[str]:
+    return sorted(set(m.group(1) for m in _ATOMIC.finditer(ptx)))
+
+
+def check_variant(family: str, constants: Mapping[str, Any], arch: str = "sm_90",
+                  entry: str | None = None, source_dir: Path | None = None) -> StaticReport:
+    """Compile one variant for ``arch`` and report atomics (anywhere in the module) and the
+    resources of ``entry`` (every entry when None)."""
+    report = _check(family, constants, arch, source_dir)
+    if entry is not None:
+        report.entries = {k: v for k, v in report.entries.items() if k == entry}
+    return report
+
+
+def check_kernel(spec: KernelSpec, params: Mapping[str, Any], arch: str = "sm_90",
+                 template: Mapping[str, Any] | None = None) -> StaticReport:
+    """The static report of one point of ``spec``'s space (its own entry's resources)."""
+    constants = {**spec.template(template or SUITE_TEMPLATE), **params}
+    return check_variant(spec.family, constants, arch, spec.entry, spec.source_dir)
+
+
+def _check(family: str, constants: Mapping[str, Any], arch: str,
+           source_dir: Path | None) -> StaticReport:
+    source = render(family, constants, source_dir)
+    key = variant_hash(source, (*NVCC_OPTIONS, arch, nvcc_version()))
+    cached = _cache_dir() / f"{key}.json"
+    report = StaticReport(family, {k: int(v) for k, v in constants.items()}, arch, key)
+    if cached.is_file():
+        data = json.loads(cached.read_text())
+        report.atomics = data["atomics"]
+        report.entries = {k: EntryResources(**v) for k, v in data["entries"].items()}
+        return report
+    compute = arch.replace("sm_", "compute_")
+    with tempfile.TemporaryDirectory(prefix="pycuda-heads-") as tmp:
+        cu, ptx = Path(tmp) / "variant.cu", Path(tmp) / "variant.ptx"
+        cu.write_text(source)
+        _run(["nvcc", *NVCC_OPTIONS, f"-arch={compute}", "--ptx", "-o", str(ptx), str(cu)], family)
+        text = ptx.read_text()
+        report.atomics = find_atomics(text)
+        log = _run(["ptxas", f"-arch={arch}", "-v", "-o", str(Path(tmp) / "v.cubin"), str(ptx)], family)
+        report.entries = parse_ptxas(log)
+    records.write_json(cached, {"atomics": report.atomics,
+                                "entries": {k: asdict(v) for k, v in report.entries.items()}})
+    return report
+
+
+def _run(cmd: list[str], family: str) -> str:
+    nvcc_version()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed on {family}:\n{proc.stderr.strip()}")
+    return proc.stdout + proc.stderr
+
+
+Job = tuple[KernelSpec, dict, str]
+
+
+def jobs(cat: Catalog, everything: bool, archs: tuple[str, ...]) -> list[Job]:
+    """Default variants on every arch; with ``everything`` each space point on sm_90 too."""
+    out = [(spec, dict(spec.space.default), arch) for spec in cat for arch in archs]
+    if everything:
+        out += [(spec, p, "sm_90") for spec in cat
+                for p in spec.space.points(spec.template(SUITE_TEMPLATE))
+                if p != dict(spec.space.default)]
+    return out
+
+
+def run_checks(todo: list[Job], workers: int = 4) -> list[StaticReport]:
+    with ThreadPoolExecutor(workers) as pool:  # nvcc runs as subprocesses
+        return list(pool.map(lambda j: check_kernel(*j), todo))
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        nvcc_version()
+    except NvccUnavailableError as exc:
+        print(f"pycuda-heads check: {exc} (install the CUDA toolkit)")
+        return 2
+    todo = jobs(catalog(), args.all, tuple(args.arch))
+    reports = run_checks(todo, args.jobs)
+    bad = 0
+    for (spec, params, arch), rep in zip(todo, reports):
+        res = next(iter(rep.entries.values()), None)
+        if rep.ok and not args.verbose_ok and params != dict(spec.space.default):
+            continue
+        bad += not rep.ok
+        regs = f"{res.registers:3d} regs {res.stack_bytes:4d} B stack" if res else "no entry"
+        status = "ok  " if rep.ok else "FAIL"
+        print(f"{status} {spec.id:<20} {arch} {regs} {params}"
+              + ("" if rep.ok else f"  {'; '.join(rep.problems())}"))
+    print(f"{len(reports) - bad}/{len(reports)} variants free of atomics and spills")
+    return 1 if bad else 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("check", help="static check with nvcc: no atomics, registers, spills")
+    p.add_argument("--arch", nargs="+", default=list(DEFAULT_ARCHS), help="SM targets")
+    p.add_argument("--all", action="store_true", help="also every point of every search space")
+    p.add_argument("--jobs", type=int, default=4, help="parallel nvcc processes")
+    p.add_argument("--verbose-ok", action="store_true", help="list passing space points too")
+    p.set_defaults(func=_run)
