@@ -14,6 +14,7 @@ from typing import Any, Mapping
 BENCH_CSV = "bench.csv"
 VALIDATION_JSON = "validation.json"
 GPU_TESTS_JSON = "gpu_tests.json"
+PHASES_JSON = "phases.json"
 TUNING_DIR = "tuning"
 EFFICIENCY_JSON = "efficiency.json"
 RUNS_JSON = "runs.json"
@@ -105,3 +106,20 @@ def read_json(path: Path | str, what: str = "file") -> Any:
     except ValueError as exc:
         raise ValueError(f"{what} {path} is not valid JSON ({exc}); delete or restore it") \
             from None
+
+
+def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int) -> None:
+    """Append one main-job phase (sweep, export, validate, bench, report) and its wall time,
+    from ``started`` (``time.time()``) to now, to ``<gpu_dir>/phases.json``."""
+    import datetime as dt
+    import time
+    path = Path(gpu_dir) / PHASES_JSON
+    try:
+        phases = read_json(path, "phase log") if path.is_file() else []
+    except ValueError:
+        phases = []
+    phases.append({"phase": phase, "status": int(status),
+                   "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(
+                       timespec="seconds"),
+                   "seconds": round(time.time() - started, 1)})
+    write_json(path, phases)

@@ -11,7 +11,7 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
-    from pycuda_heads.device import GpuUnavailableError, cuda
+    from pycuda_heads.core.device import GpuUnavailableError, cuda
     try:
         cuda()
     except GpuUnavailableError as exc:

@@ -1,20 +1,29 @@
 """Shared pieces of the per-op GPU tests."""
-from pycuda_heads.cases import Case
-from pycuda_heads.checks import validate_case
-from pycuda_heads.registry import KERNELS
-from pycuda_heads.validation import grid
+from pycuda_heads.catalog import catalog
+from pycuda_heads.verify.cases import Case
+from pycuda_heads.verify.checks import validate_case
 
 
 def grid_params(kernel):
     """pytest params: the default variant over the odd-shape grid and the suite shapes."""
     import pytest
     return [pytest.param(t, s, id=",".join(f"{k}={v}" for k, v in {**t, **s}.items()))
-            for t, s in grid(kernel)]
+            for t, s in catalog().grid(kernel)]
 
 
 def assert_variant_passes(kernel, template, shape, params=None):
-    params = params or dict(KERNELS[kernel].space.default)
-    result = validate_case(Case(kernel, shape, params, template))
+    spec = catalog()[kernel]
+    params = params or dict(spec.space.default)
+    result = validate_case(Case(spec, shape, params, template))
     errs = {k: v.get("max_rel_err") for k, v in result["checks"].items() if "max_rel_err" in v}
     assert result["passed"], f"{kernel} {template} {shape}: {result['failures']} (errors {errs})"
     return result
+
+
+def oracles(kernel, template=None, params=None):
+    """The kernel's own parity test or oracles for a variant (the default when params is None)."""
+    from pycuda_heads.catalog import SUITE_TEMPLATE
+    spec = catalog()[kernel]
+    params = spec.space.complete(params)
+    return spec.oracles(lambda t: spec.make_op(t, params),
+                        spec.template(template or SUITE_TEMPLATE))

@@ -3,10 +3,8 @@ import numpy as np
 import pytest
 
 import pycuda_heads as ph
-from pycuda_heads.cases import Case
-from pycuda_heads.checks import frd_checks
-from pycuda_heads.registry import KERNELS
-from gpu_helpers import assert_variant_passes, grid_params
+from pycuda_heads.catalog import catalog
+from gpu_helpers import assert_variant_passes, grid_params, oracles
 
 pytestmark = pytest.mark.gpu
 F32 = np.float32
@@ -20,7 +18,7 @@ LAYOUTS = [{"LAYOUT": 0, "TPR": 1, "BLOCK": 64, "STAGE": 0},
 @pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: "L{LAYOUT}-T{TPR}-B{BLOCK}-S{STAGE}".format(**p))
 @pytest.mark.parametrize("check", ["uniform_logits", "sentinel_rows", "finite_differences"])
 def test_oracles(params, check):
-    result = frd_checks(Case(KERNEL, {"B": 64}, params))[check]
+    result = oracles(KERNEL, params=params)[check]
     assert result["passed"], result
 
 
@@ -31,7 +29,7 @@ def test_matches_reference(template, shape):
 
 @pytest.mark.parametrize("n_atoms,params", [
     pytest.param(a, p, id=f"A{a}-T{p['TPR']}-S{p['STAGE']}") for a in (11, 21, 51) for p in LAYOUTS[1:]
-    if KERNELS[KERNEL].space.violated(p, {"N_HORIZONS": 5, "N_ATOMS": a}) is None])
+    if catalog()[KERNEL].space.violated(p, {"N_HORIZONS": 5, "N_ATOMS": a}) is None])
 def test_layouts_match_reference(n_atoms, params):
     template = {"N_HORIZONS": 5, "N_ATOMS": n_atoms}
     assert_variant_passes(KERNEL, template, {"B": 203}, params)

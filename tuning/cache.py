@@ -58,6 +58,8 @@ class TuningCache:
         self.task = task
         self.path = path
         self.importance: dict[str, float] = {}
+        #: the interleaved best-vs-default verdict (``tune.compare_with_default``)
+        self.comparison: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self._evals: dict[str, Evaluation] = {}
 
@@ -81,6 +83,7 @@ class TuningCache:
             self._evals[point_key(ev.params)] = ev
         self.history = list(data.get("history", ()))
         self.importance = dict(data.get("importance", {}))
+        self.comparison = data.get("comparison")
 
     @property
     def evaluations(self) -> list[Evaluation]:
@@ -132,6 +135,7 @@ class TuningCache:
             "evaluations": [e.to_json() for e in self._evals.values()],
             "history": self.history,
             "best": {"params": best.params, "time_us": best.time_us} if best else None,
+            "comparison": self.comparison,
             "source_hash": task.source_hash,
         }
 

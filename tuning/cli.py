@@ -6,7 +6,10 @@ import logging
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
+
+from pycuda_heads import records
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -22,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sweep", help="tune every kernel x shape of the suite on this GPU")
     p.add_argument("--kernels", default=None, help="comma-separated subset (default: all)")
-    _search_options(p, mode="exhaustive")
+    _search_options(p, mode="tpe")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("export", help="best validated configurations -> the package's table")
@@ -41,9 +44,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_efficiency)
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--mode", choices=("tpe", "exhaustive"), default=mode)
-    p.add_argument("--trials", type=int, default=40, help="trials per study (tpe)")
+    p.add_argument("--trials", type=_positive, default=30,
+                   help="trials per study (tpe; default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL or journal file (default: "
@@ -91,6 +105,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     from .spaces import TuningTask
     from .sweep import run_sweep
 
+    started = time.time()
     try:
         gpu = GpuContext.current()
     except GpuUnavailableError as exc:
@@ -125,7 +140,9 @@ def _run(args: argparse.Namespace, specs: list) -> int:
             f"{o.default.time_us:.2f} us"
         print(f"{o.task.label():40s} best {best} (default {default})"
               + (" [unfinished]" if o.stopped else ""))
-    return 0 if len(outcomes) == len(tasks) and not any(o.stopped for o in outcomes) else 3
+    status = 0 if len(outcomes) == len(tasks) and not any(o.stopped for o in outcomes) else 3
+    records.log_phase(Path(args.out) / gpu.slug, args.command, started, status)
+    return status
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -137,11 +154,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"no tuning data under {args.reports}", file=sys.stderr)
         return 2
     for slug in slugs:
+        started = time.time()
         try:
             path = export(args.reports, slug, args.out or TABLE_DIR)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ValueError) as exc:
             print(exc, file=sys.stderr)
             return 2
+        records.log_phase(Path(args.reports) / slug, "export", started, 0)
         print(f"wrote {path}")
     return 0
 

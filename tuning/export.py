@@ -26,17 +26,7 @@ def build_table(reports: Path, slug: str) -> dict[str, Any]:
         if c["best"] is None:
             missing.append({"kernel": c["kernel"], "template": c["template"], "shape": c["shape"]})
             continue
-        best = next(e for e in evals if e["params"] == c["best"]["params"])
-        entries.append({
-            "kernel": c["kernel"], "template": c["template"], "shape": c["shape"],
-            "params": best["params"], "time_us": best["time_us"],
-            "default_time_us": c["default_time_us"], "validated": best["validated"],
-            "p20_us": best["p20_us"], "p80_us": best["p80_us"],
-            "default_params": c["default_params"],
-            "speedup": (c["default_time_us"] / best["time_us"]
-                        if c["default_time_us"] and best["time_us"] else None),
-            "source_hash": c.get("source_hash", ""),
-        })
+        entries.append(_entry(c, next(e for e in evals if e["params"] == c["best"]["params"])))
     entries.sort(key=lambda e: (e["kernel"], sorted(e["template"].items()),
                                 sorted(e["shape"].items())))
     runs = read_runs(tdir)
@@ -78,3 +68,27 @@ def slugs_with_data(reports: Path) -> list[str]:
 def _git(where: Path) -> dict[str, Any]:
     state = records.git_state(where)
     return {"git_commit": state["commit"], "git_dirty": state["dirty"]}
+
+
+def _entry(c: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
+    """The table entry of one task: the best validated configuration when the interleaved
+    comparison found it faster than the default beyond noise, else the default (kept)."""
+    cmp = c.get("comparison") or {}
+    ship = bool(cmp.get("significant")) and cmp.get("params") == best["params"]
+    default = next((e for e in c["evaluations"] if e["params"] == c["default_params"]), None)
+    chosen = best if ship else default
+    why = ("faster than the default beyond noise" if ship
+           else "not compared with the default yet" if not cmp
+           else "the default is the best" if best["params"] == c["default_params"]
+           else "not faster than the default beyond noise")
+    return {
+        "kernel": c["kernel"], "template": c["template"], "shape": c["shape"],
+        "params": best["params"] if ship else c["default_params"],
+        "kept_default": not ship, "why": why,
+        "validated": bool(chosen and chosen.get("validated")),
+        "time_us": chosen and chosen["time_us"], "p20_us": chosen and chosen["p20_us"],
+        "p80_us": chosen and chosen["p80_us"], "default_time_us": c["default_time_us"],
+        "best_params": best["params"], "best_time_us": best["time_us"],
+        "speedup": cmp.get("speedup"), "speedup_ci95": cmp.get("ci"),
+        "p_value": cmp.get("p_value"), "source_hash": c.get("source_hash", ""),
+    }

@@ -36,18 +36,32 @@ class GpuEvaluator:
         return Case(self.task.spec, dict(self.task.shape), dict(params),
                     dict(self.task.template), seed=seed)
 
+    def _launcher(self, params: Point) -> Any:
+        first = self._case(params, 0)
+        cases = [first] + [self._case(params, s)
+                           for s in range(1, input_sets(first.floor_bytes))]
+        rotation = itertools.cycle(cases)
+        return lambda: next(rotation).launch()
+
     def time(self, params: Point) -> Mapping[str, float]:
         try:
-            first = self._case(params, 0)
-            cases = [first] + [self._case(params, s)
-                               for s in range(1, input_sets(first.floor_bytes))]
-            rotation = itertools.cycle(cases)
-            return gpu_time_us(lambda: next(rotation).launch(), reps=self.reps,
-                               warmup=self.warmup)
+            return gpu_time_us(self._launcher(params), reps=self.reps, warmup=self.warmup)
         except Exception as exc:
             if not context_alive():
                 raise EvaluatorBroken(f"CUDA context lost: {exc}") from exc
             raise
+
+    def interleaved(self, a: Point, b: Point, rounds: int = 6,
+                    reps: int = 5) -> tuple[list[float], list[float]]:
+        """Per-batch times of ``a`` and ``b``, measured in alternating rounds so that clock and
+        temperature drift fall on both alike."""
+        fa, fb = self._launcher(a), self._launcher(b)
+        ta: list[float] = []
+        tb: list[float] = []
+        for _ in range(rounds):
+            ta += gpu_time_us(fa, reps=reps, warmup=1)["samples_us"]
+            tb += gpu_time_us(fb, reps=reps, warmup=1)["samples_us"]
+        return ta, tb
 
     def validate(self, params: Point) -> tuple[bool, str | None]:
         from pycuda_heads.verify.checks import validate_case

@@ -3,7 +3,7 @@ study, and the final importance figures."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -55,6 +55,8 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
                           progress=progress)
         stopped = remaining(study, mode, trials, task.space) > 0
         cache.importance = importance(task, cache.evaluations)
+    if not stopped:
+        compare_with_default(task, evaluator, cache)
     cache.save()
     best, default = cache.best(), cache.default()
     bad = [e for e in cache.evaluations if e.state in (FAILED_VALIDATION, ERROR)]
@@ -81,3 +83,57 @@ def importance(task: TuningTask, evaluations: list[Evaluation]) -> dict[str, flo
     study.add_trials([optuna.trial.create_trial(params=e.params, distributions=dists,
                                                 value=e.time_us) for e in timed])
     return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+
+
+# A tuned entry ships only when it beats the default beyond noise at this significance.
+P_VALUE = 0.01
+
+
+def compare_with_default(task: TuningTask, evaluator: Evaluator, cache: TuningCache) -> None:
+    """Time the best validated configuration and the default interleaved and decide whether
+    the best is faster beyond noise (``speedup_test``); the verdict goes into the cache. Kept
+    from an earlier run while the best is the same; skipped for evaluators that cannot
+    interleave (replays)."""
+    best, default = cache.best(), cache.default()
+    if best is None or default is None or not hasattr(evaluator, "interleaved"):
+        return
+    if cache.comparison and cache.comparison.get("params") == best.params:
+        return
+    if default.counts and not default.validated:  # a kept default must be validated too
+        passed, reason = evaluator.validate(default.params)
+        cache.put(replace(default, validated=passed) if passed else
+                  replace(default, state=FAILED_VALIDATION, reason=reason))
+        default = cache.default()
+    if best.params == default.params:
+        cache.comparison = {"params": best.params, "speedup": 1.0, "ci": [1.0, 1.0],
+                            "p_value": 1.0, "significant": False, "samples": 0}
+        return
+    if not default.counts:  # the default failed: any validated configuration beats it
+        cache.comparison = {"params": best.params, "speedup": None, "ci": None,
+                            "p_value": 0.0, "significant": True, "samples": 0,
+                            "note": f"the default is {default.state}"}
+        return
+    t_best, t_default = evaluator.interleaved(best.params, default.params)
+    cache.comparison = {"params": best.params, **speedup_test(t_best, t_default)}
+    log.info("%s: %s vs default: %.3fx (95%% CI %.3f..%.3f, p=%.2g)%s", task.label(),
+             best.params, cache.comparison["speedup"], *cache.comparison["ci"],
+             cache.comparison["p_value"], "" if cache.comparison["significant"]
+             else ": not beyond noise, the default stays")
+
+
+def speedup_test(t_best: list[float], t_default: list[float], seed: int = 0,
+                 resamples: int = 2000) -> dict[str, object]:
+    """Speed-up of the best over the default (ratio of median per-batch times) with a 95%
+    bootstrap interval, and a one-sided Mann-Whitney U test that the best is faster. It counts
+    as significant when p < P_VALUE and the whole interval lies above 1."""
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+    a, b = np.asarray(t_best, float), np.asarray(t_default, float)
+    p = float(mannwhitneyu(a, b, alternative="less").pvalue)
+    rng = np.random.default_rng(seed)
+    ratios = [np.median(rng.choice(b, b.size)) / np.median(rng.choice(a, a.size))
+              for _ in range(resamples)]
+    lo, hi = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
+    speedup = float(np.median(b) / np.median(a))
+    return {"speedup": speedup, "ci": [lo, hi], "p_value": p,
+            "significant": bool(p < P_VALUE and lo > 1.0), "samples": int(a.size)}

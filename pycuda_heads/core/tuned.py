@@ -7,24 +7,32 @@ A table is one JSON file per GPU (``<gpu-slug>.json``) written by ``pycuda-heads
                   "shape": {"B": 4096, "K": 256}, "params": {"BLOCK": 256, ...},
                   "time_us": 123.4, "default_time_us": 150.0, "validated": true}, ...]}
 
-An entry applies when kernel and template constants match exactly; among those the nearest
-shape wins (smallest sum of |log(a/b)| over the shape's axes). The environment variable
+An entry applies when kernel and template constants match exactly and the shape's size lies in
+the range the entry stands for (between its suite neighbours, see ``size_range``); elsewhere the
+op uses its default and ``op.chosen`` says why. The environment variable
 PYCUDA_HEADS_TUNED_DIR points at another folder of tables.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..records import dims_label
+
+log = logging.getLogger("pycuda_heads")
 TABLE_DIR = Path(__file__).resolve().parent.parent / "tuned"
 
 
 def table_dir() -> Path:
     return Path(os.environ.get("PYCUDA_HEADS_TUNED_DIR") or TABLE_DIR)
+
+
+_WARNED: set[str] = set()
 
 
 @lru_cache(maxsize=None)
@@ -33,33 +41,68 @@ def _load(path: str, mtime: float) -> dict[str, Any]:
 
 
 def load_table(slug: str) -> dict[str, Any] | None:
+    """The table of GPU ``slug``; None (every op uses its defaults, with one warning) when it
+    is missing or unreadable."""
     path = table_dir() / f"{slug}.json"
     if not path.is_file():
         return None
-    return _load(str(path), path.stat().st_mtime)
+    try:
+        table = _load(str(path), path.stat().st_mtime)
+        if not isinstance(table, dict) or not isinstance(table.get("entries", []), list):
+            raise ValueError("not a table of entries")
+    except (OSError, ValueError) as exc:
+        if str(path) not in _WARNED:
+            _WARNED.add(str(path))
+            log.warning("tuned table %s is unreadable (%s); using the default launch "
+                        "parameters", path, exc)
+        return None
+    return table
 
 
-def shape_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
-    if set(a) != set(b):
-        return math.inf
-    return sum(abs(math.log(max(a[k], 1) / max(b[k], 1))) for k in a)
+def _size(shape: Mapping[str, int]) -> float:
+    return float(math.prod(max(int(v), 1) for v in shape.values()))
+
+
+def size_range(sizes: list[float], i: int) -> tuple[float, float]:
+    """The sizes entry ``i`` of sorted ``sizes`` stands for: from the geometric midpoint with
+    its lower suite neighbour to the one with its upper neighbour. An outermost entry reaches
+    as far outward as inward (a lone entry: a factor of 2 either way)."""
+    s = sizes[i]
+    lo = math.sqrt(sizes[i - 1] * s) if i > 0 else None
+    hi = math.sqrt(sizes[i + 1] * s) if i + 1 < len(sizes) else None
+    if lo is None and hi is None:
+        return s / 2, s * 2
+    lo = lo if lo is not None else s * s / hi
+    hi = hi if hi is not None else s * s / lo
+    return lo, hi
 
 
 def lookup(kernel: str, template: Mapping[str, int], shape: Mapping[str, int],
            slug: str) -> tuple[dict[str, Any] | None, str]:
-    """(params, where they came from); params is None when no validated entry applies."""
+    """(params, where they came from); params is None when no validated entry applies.
+
+    An entry applies only within the size range it stands for (``size_range``, sizes being the
+    product of the shape's axes), so a configuration tuned at one size is never carried to a
+    size it was not measured near."""
     table = load_table(slug)
     if table is None:
         return None, f"default (no tuned table for {slug})"
     template = {k: int(v) for k, v in template.items()}
-    best, best_d = None, math.inf
-    for entry in table.get("entries", ()):
-        if entry["kernel"] != kernel or entry["template"] != template or not entry.get("validated"):
-            continue
-        d = shape_distance(entry["shape"], shape)
-        if d < best_d:
-            best, best_d = entry, d
-    if best is None:
+    mine = sorted((e for e in table.get("entries", ())
+                   if e.get("kernel") == kernel and e.get("template") == template
+                   and e.get("validated") and set(e.get("shape", ())) == set(shape)),
+                  key=lambda e: _size(e["shape"]))
+    if not mine:
         return None, f"default (no tuned {kernel} for {template} on {slug})"
-    tuned_shape = ",".join(f"{k}={v}" for k, v in best["shape"].items())
-    return dict(best["params"]), f"tuned {slug} {kernel} at {tuned_shape}"
+    sizes, size = [_size(e["shape"]) for e in mine], _size(shape)
+    for i, entry in enumerate(mine):
+        lo, hi = size_range(sizes, i)
+        if lo <= size <= hi:
+            at = dims_label(entry["shape"])
+            if entry.get("kept_default"):
+                return dict(entry["params"]), (f"tuned {slug} {kernel} at {at}: default kept "
+                                               "(no configuration faster beyond noise)")
+            return dict(entry["params"]), f"tuned {slug} {kernel} at {at}"
+    lo, hi = size_range(sizes, 0)[0], size_range(sizes, len(sizes) - 1)[1]
+    return None, (f"default ({dims_label(shape)} is outside the sizes {lo:.0f}..{hi:.0f} the "
+                  f"tuned {kernel} entries on {slug} stand for)")

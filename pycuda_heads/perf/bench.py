@@ -371,7 +371,7 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    start = time.perf_counter()
+    start, started = time.perf_counter(), time.time()
     try:
         harness = CudaHarness()
     except device.GpuUnavailableError as exc:
@@ -384,5 +384,6 @@ def main(args: argparse.Namespace) -> int:
         rows = [r for r in csv.DictReader(f) if r["date"] == bench.base["date"]]
     print(summary(rows))
     print(f"{len(rows)} rows appended to {path} in {time.perf_counter() - start:.0f} s")
+    records.log_phase(path.parent, "bench", started, 0)
     return 0
 

@@ -34,7 +34,8 @@ def empty_launch() -> None:
 def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
                 target_ms: float = 0.5) -> dict[str, float]:
     """Per-call GPU time of ``fn`` (which only enqueues work) in microseconds, and the host's
-    wall-clock cost of one call (``python_call_us``, timed while the GPU spins).
+    wall-clock cost of one call (``python_call_us``, timed while the GPU spins), and the
+    per-batch times (``samples_us``).
 
     The batch size grows until a batch runs for about ``target_ms`` on the GPU; ``reps`` batches
     give the median and spread.
@@ -68,4 +69,4 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
     gpu, host = np.asarray([batch(n) for _ in range(reps)]).T
     return {"median_us": float(np.median(gpu)), "p20_us": float(np.percentile(gpu, 20)),
             "p80_us": float(np.percentile(gpu, 80)), "reps": int(reps), "batch": int(n),
-            "python_call_us": float(np.median(host))}
+            "python_call_us": float(np.median(host)), "samples_us": [float(g) for g in gpu]}

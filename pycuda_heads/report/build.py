@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -108,7 +109,9 @@ def main(args: argparse.Namespace) -> int:
     root = Path(args.reports)
     slugs: Sequence[str] = args.gpu or ([d.name for d in gpu_dirs(root)] if root.is_dir() else [])
     for slug in slugs:
+        started = time.time()
         path = build(root / slug)
+        records.log_phase(root / slug, "report", started, 0)
         print(f"wrote {path}")
     print(f"wrote {build_index(root)}")
     return 0

@@ -183,7 +183,7 @@ def run_checks(todo: list[Job], workers: int = 4) -> list[StaticReport]:
         return list(pool.map(lambda j: check_kernel(*j), todo))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _cli(args: argparse.Namespace) -> int:
     try:
         nvcc_version()
     except NvccUnavailableError as exc:
@@ -211,4 +211,4 @@ def register(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="also every point of every search space")
     p.add_argument("--jobs", type=int, default=4, help="parallel nvcc processes")
     p.add_argument("--verbose-ok", action="store_true", help="list passing space points too")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_cli)

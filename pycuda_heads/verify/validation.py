@@ -85,7 +85,13 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
 
 
 def _run(args: argparse.Namespace) -> int:
-    record = write_record(Path(args.out), args.kernels, args.commit)
+    from ..core.device import GpuUnavailableError
+    started = time.time()
+    try:
+        record = write_record(Path(args.out), args.kernels, args.commit)
+    except GpuUnavailableError as exc:
+        print(f"pycuda-heads validate: {exc}")
+        return 2
     for v in record["variants"]:
         status = "PASS" if v["passed"] else "FAIL"
         err = f"{v['max_rel_err']:.2e}" if v["max_rel_err"] is not None else "-"
@@ -96,7 +102,9 @@ def _run(args: argparse.Namespace) -> int:
     s = record["summary"]
     print(f"{s['passed']}/{s['variants']} variants passed over {s['runs']} shape runs; record in "
           f"{Path(args.out) / record['gpu_slug'] / records.VALIDATION_JSON}")
-    return 0 if s["passed"] == s["variants"] else 1
+    status = 0 if s["passed"] == s["variants"] else 1
+    records.log_phase(Path(args.out) / record["gpu_slug"], "validate", started, status)
+    return status
 
 
 def register(sub: Any) -> None:

@@ -3,9 +3,7 @@ import numpy as np
 import pytest
 
 import pycuda_heads as ph
-from pycuda_heads.cases import Case
-from pycuda_heads.checks import gate_checks
-from gpu_helpers import assert_variant_passes, grid_params
+from gpu_helpers import assert_variant_passes, grid_params, oracles
 
 pytestmark = pytest.mark.gpu
 F32 = np.float32
@@ -22,7 +20,7 @@ def test_backward_matches_reference(template, shape):
 
 
 def test_closed_gate_is_bitwise_the_head_and_gradients_match_central_differences():
-    checks = gate_checks(Case("gate.forward", {"B": 8}, {}))
+    checks = oracles("gate.forward")
     assert checks["closed_gate_bitwise"]["passed"]
     assert checks["parity_numgrad"]["passed"], checks["parity_numgrad"]
 

@@ -1,4 +1,4 @@
-"""GPU: the deterministic reduce_axis0 kernel."""
+"""GPU: the deterministic reduce.axis0 kernel."""
 import numpy as np
 import pytest
 
@@ -8,15 +8,15 @@ from gpu_helpers import assert_variant_passes, grid_params
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("template,shape", grid_params("reduce_axis0"))
+@pytest.mark.parametrize("template,shape", grid_params("reduce.axis0"))
 def test_matches_reference(template, shape):
-    assert_variant_passes("reduce_axis0", template, shape)
+    assert_variant_passes("reduce.axis0", template, shape)
 
 
 @pytest.mark.parametrize("params", [{"TX": 128, "TY": 8, "SPLIT_ROWS": 64},
                                     {"TX": 32, "TY": 1, "SPLIT_ROWS": 4096}])
 def test_multi_stage_configurations(params):
-    assert_variant_passes("reduce_axis0", {}, {"N": 70001, "M": 97}, params)
+    assert_variant_passes("reduce.axis0", {}, {"N": 70001, "M": 97}, params)
 
 
 def test_public_function_and_errors():

@@ -4,9 +4,7 @@ import pytest
 
 import pycuda_heads as ph
 from pycuda_heads import reference as ref
-from pycuda_heads.checks import pool_checks
-from pycuda_heads.cases import Case
-from gpu_helpers import assert_variant_passes, grid_params
+from gpu_helpers import assert_variant_passes, grid_params, oracles
 
 pytestmark = pytest.mark.gpu
 F32 = np.float32
@@ -24,8 +22,7 @@ def test_backward_matches_reference(template, shape):
 
 def test_parity_with_original_project():
     """B=2, K=8, D=128, H=5; loss = sum(ctx); central differences of the forward kernel."""
-    case = Case("pool.backward", {"B": 2, "K": 8}, {})
-    check = pool_checks(case)["parity_numgrad"]
+    check = oracles("pool.backward")["parity_numgrad"]
     assert check["passed"], check
     assert check["probes"] == 16
 
