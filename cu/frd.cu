@@ -46,7 +46,7 @@ frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ la
     grad[(size_t)row * N_ATOMS + a] = atom_grad(x[a], stat[0], stat[1], a, label, inv_b);
     if (a == 0) ce[row] = row_ce(label_bad(label) || label < 0 ? 0.f : x[label], stat[0], stat[1], label);
 }
-#else
+#elif LAYOUT == 1
 // Groups of TPR lanes per row, BLOCK/TPR rows per block, butterfly shuffles for max and sum; each
 // lane keeps its exponentials in registers, so one exp per atom. STAGE=1 first copies the block's
 // contiguous logits into shared memory with coalesced (float4 where aligned) loads and writes
@@ -123,5 +123,78 @@ frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ la
     __syncthreads();
     copy_floats(grad + (size_t)row0 * N_ATOMS, buf, n);
 #endif
+}
+#else
+// Warp-local streaming: each warp owns chunks of 32 rows (32*N_ATOMS contiguous floats) taken
+// grid-stride. A chunk is loaded and stored coalesced through a per-warp shared tile, one row
+// per lane for the math, and the next chunk's loads are issued before the current one is
+// computed. Only warp barriers: warps never wait for each other.
+#define WPB (BLOCK / 32)
+// Odd row stride: lane l reading atom a of its row hits bank (l * stride + a) % 32, all distinct.
+#define TILE_STRIDE (N_ATOMS | 1)
+
+__device__ __forceinline__ int tile_at(int e) { return (e / N_ATOMS) * TILE_STRIDE + e % N_ATOMS; }
+
+__device__ __forceinline__ void load_chunk(const float* __restrict__ logits, int chunk, int rows,
+                                           int lane, float* buf) {
+    const int n = min(32, rows - chunk * 32) * N_ATOMS;
+    const float* src = logits + (size_t)chunk * 32 * N_ATOMS;
+#pragma unroll
+    for (int j = 0; j < N_ATOMS; ++j) {
+        const int e = lane + 32 * j;
+        buf[j] = e < n ? __ldcs(src + e) : 0.f;  // streamed once: do not keep in cache
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ labels,
+                    float* __restrict__ grad, float* __restrict__ ce, const int rows, const float inv_b)
+{
+    __shared__ float tiles[WPB][32 * TILE_STRIDE];
+    const int lane = threadIdx.x & 31;
+    float* tile = tiles[threadIdx.x >> 5];
+    const int chunks = (rows + 31) / 32;
+    const int step = gridDim.x * WPB;
+    int chunk = blockIdx.x * WPB + (threadIdx.x >> 5);
+    float buf[N_ATOMS];
+    if (chunk < chunks) load_chunk(logits, chunk, rows, lane, buf);
+    for (; chunk < chunks; chunk += step) {
+        const int n = min(32, rows - chunk * 32) * N_ATOMS;
+#pragma unroll
+        for (int j = 0; j < N_ATOMS; ++j) tile[tile_at(lane + 32 * j)] = buf[j];
+        if (chunk + step < chunks) load_chunk(logits, chunk + step, rows, lane, buf);
+        __syncwarp();
+        const int row = chunk * 32 + lane;
+        const int label = row < rows ? labels[row] : -1;
+        const bool bad = label_bad(label);
+        float* x = tile + lane * TILE_STRIDE;
+        float e[N_ATOMS];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int a = 0; a < N_ATOMS; ++a) mx = fmaxf(mx, x[a]);
+        float sum = 0.f;
+#pragma unroll
+        for (int a = 0; a < N_ATOMS; ++a) {
+            e[a] = __expf(x[a] - mx);
+            sum += e[a];
+        }
+        const float inv_sum = 1.f / sum;
+        float row_loss = label == -1 ? 0.f : NAN;
+#pragma unroll
+        for (int a = 0; a < N_ATOMS; ++a) {
+            const float p = e[a] * inv_sum;
+            x[a] = label == -1 ? 0.f : bad ? NAN : (p - (a == label ? 1.f : 0.f)) * inv_b;
+            if (a == label) row_loss = -logf(fmaxf(p, 1e-30f));
+        }
+        if (row < rows) ce[row] = row_loss;
+        __syncwarp();
+        float* dst = grad + (size_t)chunk * 32 * N_ATOMS;
+#pragma unroll
+        for (int j = 0; j < N_ATOMS; ++j) {
+            const int at = lane + 32 * j;
+            if (at < n) __stcs(dst + at, tile[tile_at(at)]);
+        }
+        __syncwarp();  // the tile is refilled next iteration
+    }
 }
 #endif

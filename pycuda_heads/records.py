@@ -81,6 +81,9 @@ def write_text(path: Path | str, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is for everyone
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -12,10 +12,12 @@ KERNEL = "frd.softmax_ce_grad"
 LAYOUTS = [{"LAYOUT": 0, "TPR": 1, "BLOCK": 64, "STAGE": 0},
            {"LAYOUT": 1, "TPR": 1, "BLOCK": 128, "STAGE": 1},
            {"LAYOUT": 1, "TPR": 8, "BLOCK": 256, "STAGE": 0},
-           {"LAYOUT": 1, "TPR": 32, "BLOCK": 64, "STAGE": 1}]
+           {"LAYOUT": 1, "TPR": 32, "BLOCK": 64, "STAGE": 1},
+           {"LAYOUT": 2, "TPR": 1, "BLOCK": 128, "STAGE": 0, "CPW": 1},
+           {"LAYOUT": 2, "TPR": 1, "BLOCK": 256, "STAGE": 0, "CPW": 4}]
 
 
-@pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: "L{LAYOUT}-T{TPR}-B{BLOCK}-S{STAGE}".format(**p))
+@pytest.mark.parametrize("params", LAYOUTS, ids=lambda p: "L{LAYOUT}-T{TPR}-B{BLOCK}-S{STAGE}".format(**p) + f"-C{p.get('CPW', 1)}")
 @pytest.mark.parametrize("check", ["uniform_logits", "sentinel_rows", "finite_differences"])
 def test_oracles(params, check):
     result = oracles(KERNEL, params=params)[check]
@@ -28,8 +30,10 @@ def test_matches_reference(template, shape):
 
 
 @pytest.mark.parametrize("n_atoms,params", [
-    pytest.param(a, p, id=f"A{a}-T{p['TPR']}-S{p['STAGE']}") for a in (11, 21, 51) for p in LAYOUTS[1:]
-    if catalog()[KERNEL].space.violated(p, {"N_HORIZONS": 5, "N_ATOMS": a}) is None])
+    pytest.param(a, p, id=f"A{a}-L{p['LAYOUT']}-T{p['TPR']}-S{p['STAGE']}-C{p.get('CPW', 1)}")
+    for a in (11, 21, 51) for p in LAYOUTS[1:]
+    if catalog()[KERNEL].space.violated(catalog()[KERNEL].space.complete(p),
+                                        {"N_HORIZONS": 5, "N_ATOMS": a}) is None])
 def test_layouts_match_reference(n_atoms, params):
     template = {"N_HORIZONS": 5, "N_ATOMS": n_atoms}
     assert_variant_passes(KERNEL, template, {"B": 203}, params)

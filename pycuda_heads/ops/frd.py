@@ -18,17 +18,22 @@ def shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
 
 
 # LAYOUT 0 is the original block-per-row design (its other knobs are pinned to one value so it
-# is one point of the space); LAYOUT 1 puts TPR lanes on a row and BLOCK/TPR rows in a block.
+# is one point of the space); LAYOUT 1 puts TPR lanes on a row and BLOCK/TPR rows in a block;
+# LAYOUT 2 is warp-local streaming, CPW chunks of 32 rows per warp.
 SPACE = KernelSpace(
     kernel="frd.softmax_ce_grad",
-    params={"LAYOUT": (0, 1), "TPR": (1, 2, 4, 8, 16, 32), "BLOCK": (64, 128, 256, 512),
-            "STAGE": (0, 1)},
-    default={"LAYOUT": 0, "TPR": 1, "BLOCK": 64, "STAGE": 0},
-    restrictions=("LAYOUT == 1 or (TPR == 1 and BLOCK == 64 and STAGE == 0)",
-                  "LAYOUT == 1 or N_ATOMS <= 1024",
+    params={"LAYOUT": (0, 1, 2), "TPR": (1, 2, 4, 8, 16, 32), "BLOCK": (64, 128, 256, 512),
+            "STAGE": (0, 1), "CPW": (1, 2, 4, 8)},
+    default={"LAYOUT": 0, "TPR": 1, "BLOCK": 64, "STAGE": 0, "CPW": 1},
+    restrictions=("LAYOUT != 0 or (TPR == 1 and BLOCK == 64 and STAGE == 0)",
+                  "LAYOUT != 0 or N_ATOMS <= 1024",
                   "(N_ATOMS + TPR - 1) // TPR <= 64",
-                  "TPR < 2 * N_ATOMS"),
-    launch_restrictions=("SHARED_BYTES <= MAX_SHARED_BYTES", "LAYOUT == 1 or N_HORIZONS <= 65535"),
+                  "TPR < 2 * N_ATOMS",
+                  "LAYOUT == 2 or CPW == 1",
+                  "LAYOUT != 2 or (TPR == 1 and STAGE == 0 and N_ATOMS <= 64)",
+                  # LAYOUT 2's static tiles: BLOCK/32 warps x 32 rows x odd stride floats
+                  "LAYOUT != 2 or BLOCK // 32 * 32 * (N_ATOMS // 2 * 2 + 1) * 4 <= 48 * 1024"),
+    launch_restrictions=("SHARED_BYTES <= MAX_SHARED_BYTES", "LAYOUT != 0 or N_HORIZONS <= 65535"),
     shared_bytes=shared_bytes,
 )
 
@@ -71,6 +76,9 @@ class FrdSoftmaxCE(Op):
         kernel = self.kernel("softmax_ce_grad", params)
         if params["LAYOUT"] == 0:
             kernel((b, self.n_horizons, 1), (self.n_atoms, 1, 1), *args)
+        elif params["LAYOUT"] == 2:
+            per_block = params["BLOCK"] // 32 * params["CPW"] * 32  # rows per block
+            kernel((-(-rows // per_block), 1, 1), (params["BLOCK"], 1, 1), *args)
         else:
             rpb = params["BLOCK"] // params["TPR"]
             kernel((-(-rows // rpb), 1, 1), (params["BLOCK"], 1, 1), *args,
