@@ -5,8 +5,8 @@ import sys
 import pytest
 
 import pycuda_heads as ph
-from pycuda_heads.registry import KERNELS
-from pycuda_heads.space import KernelSpace
+from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
+from pycuda_heads.core.space import KernelSpace
 
 
 def test_import_needs_no_gpu():
@@ -44,8 +44,9 @@ def test_space_restrictions_and_completion():
         space.complete({"VEC": 3})
 
 
-@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("kernel", sorted(catalog().specs))
 def test_every_default_is_a_valid_point_of_its_space(kernel):
-    info = KERNELS[kernel]
-    assert info.space.violated(dict(info.space.default), info.template()) is None
-    assert dict(info.space.default) in info.space.points(info.template())
+    spec = catalog()[kernel]
+    template = spec.template(SUITE_TEMPLATE)
+    assert spec.space.violated(dict(spec.space.default), template) is None
+    assert dict(spec.space.default) in spec.space.points(template)

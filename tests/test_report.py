@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -14,7 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pycuda_heads import bench, reference, report
+from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
+from pycuda_heads.perf import bench
+from pycuda_heads.records import FWD_BWD, dims_label
+from pycuda_heads.report import build as report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report"
 NEWEST = "2026-11-20T10:15:02+00:00"  # the fixture's latest run; an older row must be ignored
@@ -39,6 +43,18 @@ def table_row(readme: str, *first_cells: str) -> list[str]:
     return [c.strip() for c in lines[0].strip().strip("|").split("|")]
 
 
+def bench_case(op: str, pass_: str, shape: dict[str, int], cat=None):
+    """The benchmark case of ``op``'s pass at ``shape``, as the catalog derives it."""
+    found = [c for c in (cat or catalog()).bench_cases()
+             if c.op == op and c.pass_ == pass_ and c.shape == shape]
+    assert len(found) == 1, f"no single bench case {op} {pass_} {shape}"
+    return found[0]
+
+
+def floor_bytes(op: str, pass_: str, shape: dict[str, int], cat=None) -> int:
+    return bench_case(op, pass_, shape, cat).floor_bytes()
+
+
 # --- floor bytes -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("op, pass_, shape, expected", [
@@ -59,40 +75,59 @@ def table_row(readme: str, *first_cells: str) -> list[str]:
     ("frd", "fwd+bwd", {"B": 262144}, 4 * 2 * (27525120 + 1310720)),
 ])
 def test_floor_bytes_by_hand(op: str, pass_: str, shape: dict[str, int], expected: int) -> None:
-    assert bench.floor_bytes(op, pass_, shape) == expected
+    assert floor_bytes(op, pass_, shape) == expected
 
 
 def test_floor_matches_design_figures() -> None:
     # DESIGN.md section 6: at ~4.3 TB/s the pool (4096,256) fwd+bwd floor is ~390 us and the
     # FRD B=262144 floor ~54 us.
-    assert bench.floor_bytes("pool", "fwd+bwd", {"B": 4096, "K": 256}) / 4.3e6 == \
+    assert floor_bytes("pool", "fwd+bwd", {"B": 4096, "K": 256}) / 4.3e6 == \
         pytest.approx(390, rel=0.01)
-    assert bench.floor_bytes("frd", "fwd+bwd", {"B": 262144}) / 4.3e6 == \
+    assert floor_bytes("frd", "fwd+bwd", {"B": 262144}) / 4.3e6 == \
         pytest.approx(54, rel=0.01)
 
 
-def test_passes_and_unknown_pass() -> None:
-    assert bench.passes("pool") == ("forward", "backward", "fwd+bwd")
-    assert bench.passes("frd") == ("fwd+bwd",)
-    with pytest.raises(ValueError, match="no pass"):
-        bench.floor_bytes("frd", "forward", {"B": 4})
+def test_fwd_bwd_floor_is_the_sum_of_its_kernels() -> None:
+    case = bench_case("pool", FWD_BWD, {"B": 4096, "K": 256})
+    assert [k.id for k in case.kernels] == ["pool.forward", "pool.backward"]
+    spec = catalog()["pool.forward"]
+    assert case.floor_bytes() == sum(
+        k.floor_bytes(k.template(SUITE_TEMPLATE), case.shape) for k in case.kernels)
+    assert spec.floor_bytes(spec.template(SUITE_TEMPLATE), case.shape) == 568330752
+
+
+def test_passes_per_op_and_no_unknown_pass() -> None:
+    def passes(op: str) -> tuple[str, ...]:
+        mine = [c for c in catalog().bench_cases() if c.op == op]
+        return tuple(c.pass_ for c in mine if c.shape == mine[0].shape)
+
+    assert passes("pool") == ("forward", "backward", "fwd+bwd")
+    assert passes("frd") == ("fwd+bwd",)
+    assert not [c for c in catalog().bench_cases() if c.op == "frd" and c.pass_ == "forward"]
+    # every suite shape of every family is benchmarked, each pass once
+    keys = [(c.op, c.pass_, dims_label(c.shape)) for c in catalog().bench_cases()]
+    assert len(keys) == len(set(keys))
+    assert {(s.family, dims_label(shape)) for s in catalog() for shape in s.suite} == \
+        {(op, shape) for op, _, shape in keys}
 
 
 def test_inputs_are_random_non_zero_and_labels_hold_sentinels() -> None:
-    x = bench.make_inputs("frd", {"B": 4096})
+    x = catalog().family_inputs("frd", SUITE_TEMPLATE, {"B": 4096})
     assert x["labels"].dtype == np.int32
     assert x["labels"].min() == -1 and x["labels"].max() == 20
-    assert 0.02 < (x["labels"] == -1).mean() < 0.08
+    assert 0.06 < (x["labels"] == -1).mean() < 0.14  # about one in ten is the sentinel
     assert np.all(x["logits"] != 0)
-    pool = bench.make_inputs("pool", {"B": 3, "K": 5})
+    pool = catalog().family_inputs("pool", SUITE_TEMPLATE, {"B": 3, "K": 5})
     assert set(pool) == {"q_h", "ln", "attn", "grad_ctx"}
     np.testing.assert_allclose(pool["attn"].sum(axis=-1), 1, rtol=1e-5)
+    again = catalog().family_inputs("pool", SUITE_TEMPLATE, {"B": 3, "K": 5})
+    assert all(np.array_equal(pool[n], again[n]) for n in pool)  # seeded
 
 
 # --- imports ---------------------------------------------------------------------------------
 
 def test_bench_and_report_import_without_torch_gpu_or_pyplot() -> None:
-    code = ("import sys; import pycuda_heads.bench, pycuda_heads.report; "
+    code = ("import sys; import pycuda_heads.perf.bench, pycuda_heads.report.build; "
             "loaded = [m for m in ('torch', 'pycuda', 'matplotlib.pyplot') if m in sys.modules]; "
             "assert not loaded, loaded")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -100,28 +135,19 @@ def test_bench_and_report_import_without_torch_gpu_or_pyplot() -> None:
 
 # --- the bench's orchestration, on a fake GPU ------------------------------------------------
 
-_REFERENCE = {("pool", "forward"): reference.pool_forward,
-              ("pool", "backward"): reference.pool_backward,
-              ("residual", "forward"): reference.residual_forward,
-              ("residual", "backward"): reference.residual_backward,
-              ("gate", "forward"): reference.gate_forward,
-              ("gate", "backward"): reference.gate_backward,
-              ("frd", "fwd+bwd"): reference.frd_softmax_ce_grad}
-
-
 class FakeOp:
-    """The float64 references behind the library's method names."""
+    """The float64 references behind the library's method names, one per kernel of a family."""
 
-    def __init__(self, op: str) -> None:
-        self.op, self.chosen = op, {}
-        for (o, p), spec in bench.PRIMITIVES.items():
-            if o == op:
-                setattr(self, spec.method, self._method(p, spec.method))
+    def __init__(self, specs: Any) -> None:
+        self.chosen = {}
+        for spec in specs:
+            setattr(self, spec.method, self._method(spec))
 
-    def _method(self, pass_: str, role: str) -> Any:
-        def call(*args: Any, check_labels: bool = True) -> Any:
-            self.chosen[role] = {"params": {"BLOCK": 128}, "source": "default (no tuned table)"}
-            return _REFERENCE[self.op, pass_](*args)
+    def _method(self, spec: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.chosen[spec.role] = {"params": {"BLOCK": 128},
+                                      "source": "default (no tuned table)"}
+            return spec.reference(*args, dtype=np.float64)
         return call
 
 
@@ -135,8 +161,8 @@ class FakeHarness:
     def upload(self, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(x)
 
-    def library_op(self, op: str, provider: str) -> FakeOp:
-        return FakeOp(op)
+    def library_op(self, specs: Any, provider: str) -> FakeOp:
+        return FakeOp(specs)
 
     def sync(self) -> None:
         pass
@@ -156,25 +182,29 @@ class FakeHarness:
 def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
-    monkeypatch.delitem(sys.modules, "pycuda_heads.peers_torch", raising=False)
-    monkeypatch.setitem(bench.SHAPES, "gate", ({"B": 3}, {"B": 20}, {"B": 64}))
-    monkeypatch.setitem(bench.SHAPES, "frd", ({"B": 16}, {"B": 64}))
-    path = bench.Bench(FakeHarness(), ["gate", "frd"], quick=True, out_root=tmp_path,
-                       commit="abc1234").run()
+    monkeypatch.delitem(sys.modules, "pycuda_heads.perf.peers_torch", raising=False)
+    small = {"gate": ({"B": 3}, {"B": 20}, {"B": 64}), "frd": ({"B": 16}, {"B": 64})}
+    cat = catalog()
+    cat = type(cat)(dataclasses.replace(s, suite=small.get(s.family, s.suite)) for s in cat)
+    b = bench.Bench(FakeHarness(), ["gate", "frd"], quick=True, out_root=tmp_path,
+                    commit="abc1234", cat=cat)
+    assert [(op, shape) for op, shape, _ in b.plan()] == [
+        ("gate", {"B": 3}), ("gate", {"B": 64}), ("frd", {"B": 16}), ("frd", {"B": 64})]
+    path = b.run()
     assert path == tmp_path / "fake-gpu" / "bench.csv"
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    # empty kernel + gate 2 shapes x 3 passes x 5 providers + frd 2 shapes x 1 pass x 5
-    assert len(rows) == 1 + 2 * 3 * 5 + 2 * 5
+    # empty kernel + gate 2 shapes x 3 passes x 3 providers + frd 2 shapes x 1 pass x 3;
+    # without torch no peer rows are written at all
+    assert len(rows) == 1 + 2 * 3 * 3 + 2 * 3
     assert tuple(rows[0]) == bench.COLUMNS
     assert {r["commit"] for r in rows} == {"abc1234"} and {r["gpu"] for r in rows} == {"Fake GPU"}
+    assert {r["torch_version"] for r in rows} == {"absent"}
+    assert not [r for r in rows if r["provider"].startswith("torch")]
+    assert {r["provider"] for r in rows} == {"empty_kernel", "floor", "tuned", "default"}
     for r in rows:
-        if r["provider"].startswith("torch"):
-            assert r["error"].startswith("torch unusable") and not r["median_us"]
-            assert r["torch_version"] == "absent"
-        elif r["provider"] == "floor":
-            shape = dict((k, int(v)) for k, v in (p.split("=") for p in r["shape"].split(",")))
-            fb = bench.floor_bytes(r["op"], r["pass"], shape)
+        if r["provider"] == "floor":
+            fb = floor_bytes(r["op"], r["pass"], dict(parse_shape(r["shape"])), cat)
             assert int(r["floor_bytes"]) == fb
             assert float(r["median_us"]) == pytest.approx(fb / 4e6, rel=1e-5)
         else:
@@ -182,9 +212,14 @@ def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
     tuned = [r for r in rows if r["provider"] == "tuned" and r["pass"] == "fwd+bwd"
              and r["op"] == "gate"][0]
     assert set(json.loads(tuned["config"])) == {"forward", "backward"}
-    # the report reads what the bench wrote, and says torch.compile was not measured
+    # the report reads what the bench wrote, and says the torch peers were not measured
     readme = report.build(tmp_path / "fake-gpu").read_text()
-    assert "torch unusable" in readme and "not measured" in readme
+    assert "The torch peers were not measured: torch was not importable" in readme
+    assert table_row(readme, "B=64", "fwd+bwd")[2] == "10.0*"  # the fake ran its defaults
+
+
+def parse_shape(text: str) -> list[tuple[str, int]]:
+    return [(k, int(v)) for k, v in (p.split("=") for p in text.split(","))]
 
 
 def test_append_rows_rewrites_an_older_header(tmp_path: Path) -> None:
@@ -233,7 +268,7 @@ def test_report_lists_failures_defaults_tuning_and_validation(reports: Path) -> 
     readme = report.build(reports / "nvidia-h200").read_text()
     assert "torch.compile failed at B=1024 fwd+bwd: `BackendCompilerFailed" in readme
     assert table_row(readme, "B=1024", "fwd+bwd")[2] == "2.90*"  # no tuned entry applied
-    tuning = table_row(readme, "pool.forward", "N_HORIZONS=5,HIDDEN_DIM=128", "B=4096,K=256")
+    tuning = table_row(readme, "pool.forward", "HIDDEN_DIM=128,N_HORIZONS=5", "B=4096,K=256")
     assert tuning[3:6] == ["190", "165", "1.15x"] and tuning[-1] == "BLOCK"
     efficiency = table_row(readme, "frd.softmax_ce_grad", "B=262144", "61")
     assert efficiency[5:] == ["17", "14, never, 17"]
@@ -290,22 +325,28 @@ def test_bench_alone_gives_tables_and_names_the_rest(tmp_path: Path) -> None:
 
 # --- the torch peers (only where torch is installed; CPU) ------------------------------------
 
-PEER_SHAPES = {"pool": {"B": 3, "K": 7}, "residual": {"B": 5}, "gate": {"B": 6}, "frd": {"B": 40}}
+PEER_SHAPES = {"pool": {"B": 3, "K": 7}, "residual": {"B": 5}, "gate": {"B": 6}, "frd": {"B": 40},
+               "reduce": {"N": 33, "M": 7}}
 
 
-@pytest.mark.parametrize("op, pass_", list(bench.PRIMITIVES))
-def test_torch_peers_match_the_float64_reference(op: str, pass_: str) -> None:
+def test_every_benchmarked_kernel_declares_a_torch_peer() -> None:
+    ops = {c.op for c in catalog().bench_cases()}
+    assert [s.id for s in catalog() if s.family in ops and s.peer is None] == []
+
+
+@pytest.mark.parametrize("kernel", sorted(s.id for s in catalog() if s.peer is not None))
+def test_torch_peers_match_the_float64_reference(kernel: str) -> None:
     pytest.importorskip("torch")
-    from pycuda_heads import peers_torch
-    x = bench.make_inputs(op, PEER_SHAPES[op], seed=3)
+    from pycuda_heads.perf import peers_torch
+    spec = catalog()[kernel]
+    op = spec.family
+    x = spec.make_inputs(spec.template(SUITE_TEMPLATE), PEER_SHAPES[op], seed=3)
     if op == "frd":
         x["logits"][0, 0, :] = np.linspace(-1e4, 1e4, x["logits"].shape[-1])  # extreme row
         x["labels"][0, 0], x["labels"][1, :] = 0, -1  # p[label] underflows; a sentinel row
-    args = [x[n] for n in bench.PRIMITIVES[op, pass_].reads]
-    want = _REFERENCE[op, pass_](*args)
-    want = want if isinstance(want, tuple) else (want,)
+    want = spec.run_reference(x)
     t = peers_torch.to_torch(x, "cpu")
-    got = peers_torch.FUNCTIONS[op, pass_](*[t[n] for n in bench.PRIMITIVES[op, pass_].reads])
+    got = peers_torch.call(spec, t, compiled=False)()
     got = got if isinstance(got, tuple) else (got,)
     assert peers_torch.max_rel_err(want, got) < 1e-5
     if op == "frd":

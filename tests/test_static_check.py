@@ -4,17 +4,17 @@ import shutil
 
 import pytest
 
-from pycuda_heads.registry import KERNELS, static_check
-from pycuda_heads.source import FAMILIES, cu_dir, render, sources_hash
-from pycuda_heads.static_check import DEFAULT_ARCHS, find_atomics, parse_ptxas
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core.source import arg_types, cu_dir, family_source, render, sources_hash
+from pycuda_heads.verify.static_check import (DEFAULT_ARCHS, check_kernel, find_atomics, jobs,
+                                              parse_ptxas)
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 
 
 def test_sources_are_found_and_render_self_contained():
-    assert all((cu_dir() / f"{f}.cu").is_file() for f in FAMILIES)
-    src = render("per_horizon_attention_pool", {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "BLOCK": 128,
-                                                "VEC": 4, "UNROLL": 2})
+    assert all((cu_dir() / f"{f}.cu").is_file() for f in catalog().families())
+    src = render("pool", {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "BLOCK": 128, "VEC": 4, "UNROLL": 2})
     assert "#define HIDDEN_DIM 128\n" in src and "#include" not in src
     assert "__device__ __forceinline__ float warp_sum" in src
     assert len(sources_hash()) == 16
@@ -25,16 +25,28 @@ def test_render_rejects_unknown_family():
         render("nope", {})
 
 
+@pytest.mark.parametrize("kernel", sorted(catalog().specs))
+def test_every_entry_is_in_its_source_with_passable_arguments(kernel):
+    spec = catalog()[kernel]
+    assert arg_types(family_source(spec.family, spec.source_dir), spec.entry)
+
+
+def test_default_jobs_cover_every_kernel_on_every_arch():
+    todo = jobs(catalog(), False, DEFAULT_ARCHS)
+    assert {(spec.id, arch) for spec, _, arch in todo} == {
+        (k, a) for k in catalog().specs for a in DEFAULT_ARCHS}
+    assert all(params == dict(spec.space.default) for spec, params, _ in todo)
+
+
 @needs_nvcc
 @pytest.mark.parametrize("arch", DEFAULT_ARCHS)
-@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("kernel", sorted(catalog().specs))
 def test_default_variant_has_no_atomics_or_spills(kernel, arch):
-    info = KERNELS[kernel]
-    report = static_check(info, dict(info.space.default), arch)
+    spec = catalog()[kernel]
+    report = check_kernel(spec, dict(spec.space.default), arch)
     assert report.ok, report.problems()
-    entry = info.op.ENTRIES[info.role][0]
-    assert set(report.entries) == {entry}
-    assert 0 < report.entries[entry].registers <= 255
+    assert set(report.entries) == {spec.entry}
+    assert 0 < report.entries[spec.entry].registers <= 255
 
 
 def test_atomic_scanner_finds_atomics_and_reductions():

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from pycuda_heads.registry import KERNELS
-from pycuda_heads.tuned_params import TABLE_DIR, lookup
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core.tuned import TABLE_DIR, lookup
 
 TABLES = sorted(TABLE_DIR.glob("*.json"))
 
@@ -18,7 +18,27 @@ def test_every_entry_is_what_the_lookup_returns(path):
     for entry in table["entries"]:
         params, source = lookup(entry["kernel"], entry["template"], entry["shape"], path.stem)
         assert params == entry["params"] and source.startswith(f"tuned {path.stem}")
-        assert KERNELS[entry["kernel"]].space.violated(params, entry["template"]) is None
+        assert catalog()[entry["kernel"]].space.violated(params, entry["template"]) is None
+
+
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
+def test_every_suite_shape_resolves_to_its_entry(path):
+    """Each catalog suite point of a kernel the table covers gets the params tuned there."""
+    table = json.loads(path.read_text())
+    at = {(e["kernel"], json.dumps(e["template"], sort_keys=True),
+           json.dumps(e["shape"], sort_keys=True)): e for e in table["entries"]}
+    covered = {e["kernel"] for e in table["entries"]}
+    checked = 0
+    for spec, template, shape in catalog().tasks():
+        if spec.id not in covered:
+            continue
+        entry = at.get((spec.id, json.dumps(template, sort_keys=True),
+                        json.dumps(shape, sort_keys=True)))
+        assert entry is not None, f"{path.stem}: no {spec.id} entry at {shape}"
+        params, source = lookup(spec.id, template, shape, path.stem)
+        assert params == entry["params"], f"{spec.id} at {shape}: {source}"
+        checked += 1
+    assert checked
 
 
 @pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
@@ -42,8 +62,8 @@ def test_no_table_means_the_default():
 @pytest.mark.gpu
 def test_ops_launch_with_the_shipped_table_on_this_gpu():
     import pycuda_heads as ph
-    from pycuda_heads.device import gpu_slug
-    from pycuda_heads.tuned_params import load_table
+    from pycuda_heads.core.device import gpu_slug
+    from pycuda_heads.core.tuned import load_table
     table = load_table(gpu_slug())
     if table is None:
         pytest.skip(f"no tuned table ships for {gpu_slug()}")

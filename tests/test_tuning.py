@@ -9,25 +9,24 @@ import signal
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import optuna
 import pytest
 
-from pycuda_heads.registry import KERNELS
-from pycuda_heads.space import KernelSpace
-from pycuda_heads.tuned_params import lookup
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core.space import KernelSpace
+from pycuda_heads.core.tuned import lookup
+from pycuda_heads.records import EFFICIENCY_JSON, RUNS_JSON, dims_label, parse_dims
 from pycuda_heads.tuning import cli
-from pycuda_heads.tuning.budget import Budget
 from pycuda_heads.tuning.constraints import Feasibility
-from pycuda_heads.tuning.efficiency import EFFICIENCY, run_efficiency
+from pycuda_heads.tuning.efficiency import run_efficiency
 from pycuda_heads.tuning.export import build_table, export
+from pycuda_heads.tuning.progress import Budget
 from pycuda_heads.tuning.session import EvaluatorBroken
-from pycuda_heads.tuning.spaces import all_points, dims_key, distributions, parse_dims, point_key
+from pycuda_heads.tuning.spaces import TuningTask, all_points, distributions, point_key
 from pycuda_heads.tuning.storage import cache_path, open_storage, tuning_dir
 from pycuda_heads.tuning.sweep import run_sweep
-from pycuda_heads.tuning.task import TuningTask
 from pycuda_heads.tuning.tune import tune
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -78,6 +77,23 @@ class Synthetic:
         return True, None
 
 
+class Comparing(Synthetic):
+    """Also times two configurations interleaved (as the GPU evaluator does), so the tuner can
+    decide whether the best beats the default beyond noise and the export ships it. With
+    ``tie`` both get the same samples: never faster beyond noise."""
+
+    def __init__(self, *args, tie=False, **kw):
+        super().__init__(*args, **kw)
+        self.tie = tie
+        self.compared = []
+
+    def interleaved(self, a, b, rounds=6, reps=5):
+        self.compared.append((dict(a), dict(b)))
+        jitter = [1 + 0.005 * ((7 * i) % 5 - 2) for i in range(rounds * reps)]
+        ta, tb = self.time_fn(a), self.time_fn(b)
+        return [ta * j for j in jitter], [(ta if self.tie else tb) * j for j in jitter]
+
+
 def toy_task(shape=None, slug="toy-gpu"):
     return TuningTask("toy.kernel", TOY, {"N_HORIZONS": 5}, shape or {"B": 4096}, "Toy GPU", slug)
 
@@ -110,9 +126,9 @@ def infeasible_points():
 
 # --- spaces ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kernel", sorted(KERNELS))
-def test_registry_spaces_render_as_categoricals(kernel):
-    space = KERNELS[kernel].space
+@pytest.mark.parametrize("kernel", sorted(catalog().specs))
+def test_catalog_spaces_render_as_categoricals(kernel):
+    space = catalog()[kernel].space
     dists = distributions(space)
     assert {k: list(d.choices) for k, d in dists.items()} == {k: list(v) for k, v in
                                                               space.params.items()}
@@ -122,9 +138,10 @@ def test_registry_spaces_render_as_categoricals(kernel):
     assert len({point_key(p) for p in points}) == len(points)
 
 
-def test_dims_keys_round_trip():
-    assert dims_key({"K": 256, "B": 4096}) == "B=4096,K=256"
-    assert dims_key({}) == "none"
+def test_dims_labels_round_trip():
+    assert dims_label({"K": 256, "B": 4096}) == "B=4096,K=256"
+    assert dims_label({}) == "none"
+    assert parse_dims(dims_label({"K": 256, "B": 4096})) == {"B": 4096, "K": 256}
     assert parse_dims("B=4096, K=256") == {"B": 4096, "K": 256}
     with pytest.raises(ValueError, match="NAME=INT"):
         parse_dims("B4096")
@@ -255,7 +272,7 @@ def test_cache_file_structure(tmp_path):
     data = load(tmp_path)
     assert set(data) == {"kernel", "template", "shape", "gpu", "gpu_slug", "default_params",
                          "default_time_us", "importance", "evaluations", "history", "best",
-                         "source_hash"}
+                         "comparison", "source_hash"}
     assert data["kernel"] == "toy.kernel" and data["gpu_slug"] == "toy-gpu"
     for e in data["evaluations"]:
         assert set(e) == {"params", "state", "time_us", "p20_us", "p80_us", "reason",
@@ -368,13 +385,13 @@ def test_time_budget_stops_a_sweep_gracefully_and_a_rerun_finishes(tmp_path):
                          feasibility_for=lambda t: Feasibility(t, toy_static), out=tmp_path,
                          mode="exhaustive", budget=budget)
     assert len(outcomes) == 1 and outcomes[0].stopped and len(ev.timed) == 6
-    fresh = {dims_key(t.shape): Synthetic() for t in tasks}
-    outcomes = run_sweep(tasks, evaluator_for=lambda t: fresh[dims_key(t.shape)],
+    fresh = {dims_label(t.shape): Synthetic() for t in tasks}
+    outcomes = run_sweep(tasks, evaluator_for=lambda t: fresh[dims_label(t.shape)],
                          feasibility_for=lambda t: Feasibility(t, toy_static), out=tmp_path,
                          mode="exhaustive")
     assert [o.stopped for o in outcomes] == [False, False]
     assert not {point_key(p) for p in ev.timed} & {point_key(p) for p in fresh["B=64"].timed}
-    runs = json.loads((tuning_dir(tmp_path, "toy-gpu") / "runs.json").read_text())
+    runs = json.loads((tuning_dir(tmp_path, "toy-gpu") / RUNS_JSON).read_text())
     assert [r["unfinished"] for r in runs] == [True, False]
 
 
@@ -390,7 +407,7 @@ def test_any_optuna_storage_url(tmp_path):
 
 def test_export_then_lookup_round_trip(tmp_path, monkeypatch):
     for shape in ({"B": 64}, {"B": 65536}):
-        run(tmp_path, Synthetic(time_fn=lambda p, b=shape["B"]: toy_time(p) * b / 64),
+        run(tmp_path, Comparing(time_fn=lambda p, b=shape["B"]: toy_time(p) * b / 64),
             task=toy_task(shape), mode="exhaustive")
     table_dir = tmp_path / "tables"
     path = export(tmp_path, "toy-gpu", table_dir)
@@ -402,8 +419,8 @@ def test_export_then_lookup_round_trip(tmp_path, monkeypatch):
     assert prov["validation"]["exported_validated"] == 2
     assert prov["validation"]["configurations_failed"] == 2
     for e in table["entries"]:
-        assert e["validated"] and e["params"] == BEST_VALID
-        assert e["default_time_us"] > e["time_us"] > 0
+        assert e["validated"] and e["params"] == BEST_VALID and not e["kept_default"]
+        assert e["default_time_us"] > e["time_us"] > 0 and e["speedup"] > 1
         assert {"kernel", "template", "shape", "params", "time_us", "default_time_us",
                 "validated"} <= set(e)
     monkeypatch.setenv("PYCUDA_HEADS_TUNED_DIR", str(table_dir))
@@ -411,6 +428,28 @@ def test_export_then_lookup_round_trip(tmp_path, monkeypatch):
     assert params == BEST_VALID and source == "tuned toy-gpu toy.kernel at B=65536"
     params, source = lookup("toy.kernel", {"N_HORIZONS": 5}, {"B": 100}, "toy-gpu")
     assert params == BEST_VALID and source.endswith("at B=64")  # nearest shape
+
+
+def test_a_best_not_faster_beyond_noise_keeps_the_default(tmp_path, monkeypatch):
+    ev = Comparing(tie=True)
+    out = run(tmp_path, ev, mode="exhaustive")
+    assert out.best.params == BEST_VALID and ev.compared == [(BEST_VALID, TOY.default)]
+    assert TOY.default in ev.validated  # a kept default is validated too
+    assert load(tmp_path)["comparison"]["significant"] is False
+    [entry] = build_table(tmp_path, "toy-gpu")["entries"]
+    assert entry["kept_default"] and entry["params"] == TOY.default and entry["validated"]
+    assert entry["best_params"] == BEST_VALID and entry["time_us"] == toy_time(TOY.default)
+    export(tmp_path, "toy-gpu", tmp_path / "tables")
+    monkeypatch.setenv("PYCUDA_HEADS_TUNED_DIR", str(tmp_path / "tables"))
+    params, source = lookup("toy.kernel", {"N_HORIZONS": 5}, {"B": 4096}, "toy-gpu")
+    assert params == TOY.default and "default kept" in source
+
+
+def test_an_evaluator_that_cannot_interleave_exports_the_default(tmp_path):
+    run(tmp_path, Synthetic(), mode="exhaustive")
+    [entry] = build_table(tmp_path, "toy-gpu")["entries"]
+    assert entry["kept_default"] and entry["params"] == TOY.default
+    assert entry["why"] == "not compared with the default yet"
 
 
 def test_lookup_falls_back_to_default(tmp_path, monkeypatch):
@@ -437,7 +476,7 @@ def test_task_without_validated_configuration_is_not_exported(tmp_path):
 # --- tuner efficiency ------------------------------------------------------------------------
 
 def gate_task(shape):
-    return TuningTask.from_registry("gate.forward", shape, "Toy GPU", "toy-gpu")
+    return TuningTask.from_spec(catalog()["gate.forward"], shape, "Toy GPU", "toy-gpu")
 
 
 def gate_time(p):
@@ -452,7 +491,7 @@ def test_efficiency_replay_on_an_exhaustive_cache(tmp_path):
     tune(partial, Synthetic(fail=(), time_fn=gate_time), Feasibility(partial), out=tmp_path,
          mode="tpe", trials=5)
     path = run_efficiency(tmp_path, "toy-gpu", seeds=range(3))
-    assert path == tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY
+    assert path == tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY_JSON
     [record] = json.loads(path.read_text())
     assert record["kernel"] == "gate.forward" and record["shape"] == {"B": 4096}
     assert record["n_points"] == 20 and record["exhaustive_best_us"] == 5.0
@@ -478,13 +517,13 @@ def test_cli_parses_the_documented_commands():
                                 "--storage", "postgresql://u@h/db", "--time-budget", "420"])
     assert args.func is cli.cmd_tune and args.trials == 30 and args.time_budget == 420
     args = parser().parse_args(["sweep"])
-    assert args.func is cli.cmd_sweep and args.mode == "exhaustive" and args.storage is None
+    assert args.func is cli.cmd_sweep and args.mode == "tpe" and args.storage is None
     assert parser().parse_args(["export"]).func is cli.cmd_export
     assert parser().parse_args(["efficiency"]).func is cli.cmd_efficiency
 
 
 def test_cli_gpu_commands_fail_cleanly_without_a_gpu(capsys):
-    from pycuda_heads.device import gpu_available
+    from pycuda_heads.core.device import gpu_available
     if gpu_available():
         pytest.skip("a GPU is present")
     args = parser().parse_args(["tune", "--kernel", "pool.forward", "--shape", "B=2,K=8"])
@@ -495,7 +534,7 @@ def test_cli_gpu_commands_fail_cleanly_without_a_gpu(capsys):
 
 def test_cli_export_and_efficiency(tmp_path, capsys):
     task = gate_task({"B": 4096})
-    tune(task, Synthetic(fail=(), time_fn=gate_time), Feasibility(task), out=tmp_path,
+    tune(task, Comparing(fail=(), time_fn=gate_time), Feasibility(task), out=tmp_path,
          mode="exhaustive")
     args = parser().parse_args(["export", "--reports", str(tmp_path),
                                 "--out", str(tmp_path / "tables")])
@@ -504,7 +543,7 @@ def test_cli_export_and_efficiency(tmp_path, capsys):
     assert table["entries"][0]["params"] == {"BLOCK": 256, "ITEMS": 2}
     args = parser().parse_args(["efficiency", "--reports", str(tmp_path), "--seeds", "2"])
     assert args.func(args) == 0
-    assert len(json.loads((tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY).read_text())) == 1
+    assert len(json.loads((tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY_JSON).read_text())) == 1
     args = parser().parse_args(["export", "--reports", str(tmp_path / "empty")])
     assert args.func(args) == 2
 
@@ -512,15 +551,15 @@ def test_cli_export_and_efficiency(tmp_path, capsys):
 def test_gpu_commands_wire_the_gpu_pieces_together(tmp_path, monkeypatch, capsys):
     """`sweep`/`tune` end to end with the GPU parts replaced: feasibility, precompile hook,
     evaluator per task, caches, journal, run log; then `export` of what they wrote."""
-    from pycuda_heads.tuning import constraints, gpu, objective
-    fake = gpu.GpuContext("Fake H200", "fake-h200", "sm_90", 227 * 1024)
+    from pycuda_heads.tuning import constraints, objective
+    fake = objective.GpuContext("Fake H200", "fake-h200", "sm_90", 227 * 1024)
     compiled = []
-    monkeypatch.setattr(gpu.GpuContext, "current", classmethod(lambda cls: fake))
-    monkeypatch.setattr(gpu.GpuContext, "precompile",
+    monkeypatch.setattr(objective.GpuContext, "current", classmethod(lambda cls: fake))
+    monkeypatch.setattr(objective.GpuContext, "precompile",
                         lambda self, items, workers: compiled.extend(items))
-    monkeypatch.setattr(constraints, "registry_static", lambda task, arch: lambda p: None)
+    monkeypatch.setattr(constraints, "spec_static", lambda task, arch: lambda p: None)
 
-    class FakeGpuEvaluator(Synthetic):
+    class FakeGpuEvaluator(Comparing):
         def __init__(self, task, reps, warmup):
             super().__init__(fail=(), time_fn=lambda p: 1 + len(str(sorted(p.items()))) % 7)
 
@@ -545,6 +584,7 @@ def test_gpu_commands_wire_the_gpu_pieces_together(tmp_path, monkeypatch, capsys
 
 def test_gpu_evaluator_rotates_input_sets_and_reports_validation(monkeypatch):
     from pycuda_heads.tuning import objective
+    from pycuda_heads.verify import cases, checks
 
     class Case:
         def __init__(self, seed):
@@ -559,12 +599,12 @@ def test_gpu_evaluator_rotates_input_sets_and_reports_validation(monkeypatch):
 
     made = []
 
-    def make_case(kernel, shape, params, template=None, seed=0):
-        made.append((kernel, shape, params, template, seed))
+    def make_case(spec, shape, params, template=None, seed=0):
+        made.append((spec.id, shape, params, template, seed))
         return Case(seed)
 
-    monkeypatch.setitem(sys.modules, "pycuda_heads.cases",
-                        types.SimpleNamespace(make_case=make_case))
+    monkeypatch.setattr(cases, "Case", make_case)
+    monkeypatch.setattr(checks, "validate_case", lambda case: case.validate())
     monkeypatch.setattr(objective, "l2_bytes", lambda: 50 << 20)
     alive = [True]
     monkeypatch.setattr(objective, "context_alive", lambda: alive[0])
@@ -575,7 +615,7 @@ def test_gpu_evaluator_rotates_input_sets_and_reports_validation(monkeypatch):
         return {"median_us": 3.0, "p20_us": 2.9, "p80_us": 3.2, "reps": reps}
 
     monkeypatch.setattr(objective, "gpu_time_us", gpu_time_us)
-    task = TuningTask.from_registry("gate.forward", {"B": 4096}, "G", "g")
+    task = TuningTask.from_spec(catalog()["gate.forward"], {"B": 4096}, "G", "g")
     ev = objective.GpuEvaluator(task, reps=11, warmup=1)
     assert ev.time({"BLOCK": 64, "ITEMS": 2})["median_us"] == 3.0
     assert [m[4] for m in made] == [0, 1, 2, 3]  # 4 MB inputs: four sets rotate through L2

@@ -1,4 +1,4 @@
-"""CPU with nvcc: every point of every registry search space passes the static check or is
+"""CPU with nvcc: every point of every catalog search space passes the static check or is
 rejected by it with a reason, and the tuner turns a rejection into an INFEASIBLE reason."""
 import os
 import shutil
@@ -7,14 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pycuda_heads import registry
-from pycuda_heads.registry import KERNELS
-from pycuda_heads.static_check import StaticReport
-from pycuda_heads.suite import SUITE
+from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
+from pycuda_heads.records import dims_label
 from pycuda_heads.tuning import constraints
-from pycuda_heads.tuning.constraints import Feasibility, registry_static
-from pycuda_heads.tuning.spaces import dims_key, point_key
-from pycuda_heads.tuning.task import TuningTask
+from pycuda_heads.tuning.constraints import Feasibility, spec_static
+from pycuda_heads.tuning.spaces import TuningTask, point_key
+from pycuda_heads.verify import static_check
+from pycuda_heads.verify.static_check import StaticReport, check_kernel
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("ptxas") is None,
                                 reason="the static check needs nvcc and ptxas on the PATH")
@@ -25,24 +24,24 @@ ARCH = "sm_90"
 def reports():
     """(kernel, point key) -> StaticReport for every valid point of every space."""
     groups = defaultdict(list)
-    for kernel, info in KERNELS.items():
-        template = info.template()
-        for point in info.space.points(template):
+    for spec in catalog():
+        template = spec.template(SUITE_TEMPLATE)
+        for point in spec.space.points(template):
             # points that are one compiled variant share a thread: the disk cache is written once
-            groups[f"{info.family}:{dims_key({**template, **point})}"].append((kernel, point))
+            groups[f"{spec.family}:{dims_label({**template, **point})}"].append((spec.id, point))
 
     def check(group):
-        return [(k, p, registry.static_check(KERNELS[k], p, ARCH)) for k, p in group]
+        return [(k, p, check_kernel(catalog()[k], p, ARCH)) for k, p in group]
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         done = [r for rs in pool.map(check, groups.values()) for r in rs]
     return {(k, point_key(p)): r for k, p, r in done}
 
 
-@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("kernel", sorted(catalog().specs))
 def test_every_point_passes_the_static_check_or_is_rejected_with_a_reason(reports, kernel):
-    info = KERNELS[kernel]
-    points = info.space.points(info.template())
+    spec = catalog()[kernel]
+    points = spec.space.points(spec.template(SUITE_TEMPLATE))
     assert points
     for point in points:
         report = reports[(kernel, point_key(point))]
@@ -50,38 +49,39 @@ def test_every_point_passes_the_static_check_or_is_rejected_with_a_reason(report
         for problem in report.problems():
             assert problem.startswith("atomic instruction") or " spills " in problem \
                 or problem == "no kernel entry was compiled", problem
-    assert reports[(kernel, point_key(info.space.default))].ok
+    assert reports[(kernel, point_key(spec.space.default))].ok
 
 
 def test_feasibility_runs_the_static_check_for_every_point_of_a_task():
-    task = TuningTask.from_registry("gate.forward", SUITE["gate.forward"][0], "G", "g")
-    feas = Feasibility(task, registry_static(task, ARCH))
+    spec = catalog()["gate.forward"]
+    task = TuningTask.from_spec(spec, spec.suite[0], "G", "g")
+    feas = Feasibility(task, spec_static(task, ARCH))
     points = task.space.points(task.template, task.shape)
     constraints.warm([(feas, p) for p in points], workers=os.cpu_count() or 1)
     for point in points:
-        report = registry.static_check(KERNELS["gate.forward"], point, ARCH)
+        report = check_kernel(spec, point, ARCH)
         assert feas(point) == (None if report.ok else "static check: "
                                + "; ".join(report.problems()))
 
 
 def test_a_rejected_point_gets_the_static_checks_reason(monkeypatch):
-    task = TuningTask.from_registry("pool.forward", {"B": 2, "K": 8}, "G", "g")
+    task = TuningTask.from_spec(catalog()["pool.forward"], {"B": 2, "K": 8}, "G", "g")
 
-    def atomic(info, params, arch, template):
-        return StaticReport(info.family, {}, arch, "v", atomics=["atom.global.add.f32"])
+    def atomic(spec, params, arch, template):
+        return StaticReport(spec.family, {}, arch, "v", atomics=["atom.global.add.f32"])
 
-    monkeypatch.setattr(registry, "static_check", atomic)
-    reason = Feasibility(task, registry_static(task, ARCH))(dict(task.space.default))
+    monkeypatch.setattr(static_check, "check_kernel", atomic)
+    reason = Feasibility(task, spec_static(task, ARCH))(dict(task.space.default))
     assert reason == "static check: atomic instruction atom.global.add.f32; " \
                      "no kernel entry was compiled"
 
 
 def test_a_point_that_does_not_compile_is_infeasible(monkeypatch):
-    task = TuningTask.from_registry("pool.forward", {"B": 2, "K": 8}, "G", "g")
+    task = TuningTask.from_spec(catalog()["pool.forward"], {"B": 2, "K": 8}, "G", "g")
 
-    def broken(info, params, arch, template):
-        raise RuntimeError("nvcc failed on per_horizon_attention_pool:\nerror: expected a ';'")
+    def broken(spec, params, arch, template):
+        raise RuntimeError("nvcc failed on pool:\nerror: expected a ';'")
 
-    monkeypatch.setattr(registry, "static_check", broken)
-    reason = Feasibility(task, registry_static(task, ARCH))(dict(task.space.default))
+    monkeypatch.setattr(static_check, "check_kernel", broken)
+    reason = Feasibility(task, spec_static(task, ARCH))(dict(task.space.default))
     assert reason.startswith("static check: does not compile: nvcc failed")

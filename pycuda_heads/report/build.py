@@ -39,6 +39,12 @@ def build(gpu_dir: Path) -> Path:
     parts.append(report_tables.tuning(data, _tuning_plots(data)))
     parts.append(report_tables.efficiency(data))
     parts.append(report_tables.validation(data))
+    phase_file = gpu_dir / records.PHASES_JSON
+    if phase_file.is_file():
+        try:
+            parts.append(report_tables.phases(records.read_json(phase_file, "phase log")))
+        except ValueError as exc:
+            parts.append(f"Phase log unreadable: {exc}\n")
     if cases:
         parts.append(report_tables.METHOD)
     path = gpu_dir / "README.md"

@@ -80,7 +80,30 @@ def header(data: ReportData, empty_us: float | None) -> str:
              ("device copy bandwidth (read + write)",
               f"{bandwidths[-1]:.0f} GB/s" if bandwidths else "–"),
              ("empty kernel launch, GPU time", f"{us(empty_us)} us")]
-    return "\n".join(lines + [table(("", ""), facts), ""])
+    out = lines + [table(("", ""), facts), ""]
+    if newest.get("torch_version") == "absent":
+        out += ["The torch peers were not measured: torch was not importable in the benchmark "
+                "run (it is optional; install it to get the torch eager and torch.compile "
+                "columns).", ""]
+    return "\n".join(out)
+
+
+def phases(entries: Sequence[dict[str, Any]] | None) -> str:
+    """The latest run of each main-job phase and its wall time."""
+    if not entries:
+        return ""
+    latest: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        latest[e.get("phase", "?")] = e
+    order = ("sweep", "tune", "export", "validate", "bench", "report")
+    rows = [(p, latest[p].get("started", ""), f"{latest[p].get('seconds', 0):.0f}",
+             "ok" if not latest[p].get("status") else f"exit {latest[p]['status']}")
+            for p in sorted(latest, key=lambda p: order.index(p) if p in order else 99)]
+    total = sum(float(latest[p].get("seconds", 0)) for p in latest)
+    return "\n".join(["## Main job phases", "",
+                      "Wall time of the latest run of each phase (`phases.json`).", "",
+                      table(("phase", "started", "seconds", "status"), rows), "",
+                      f"Total: {total / 60:.1f} minutes.", ""])
 
 
 def inputs(data: ReportData) -> str:
