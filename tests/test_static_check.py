@@ -5,9 +5,20 @@ import shutil
 import pytest
 
 from pycuda_heads.catalog import catalog
-from pycuda_heads.core.source import arg_types, cu_dir, family_source, render, sources_hash
-from pycuda_heads.verify.static_check import (DEFAULT_ARCHS, check_kernel, find_atomics, jobs,
-                                              parse_ptxas)
+from pycuda_heads.core.source import (
+    arg_types,
+    cu_dir,
+    family_source,
+    render,
+    sources_hash,
+)
+from pycuda_heads.verify.static_check import (
+    DEFAULT_ARCHS,
+    check_kernel,
+    find_atomics,
+    jobs,
+    parse_ptxas,
+)
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 

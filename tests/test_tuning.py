@@ -13,11 +13,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-
-from pycuda_heads.catalog import catalog
-from pycuda_heads.core.space import KernelSpace
-from pycuda_heads.core.tuned import lookup
-from pycuda_heads.records import EFFICIENCY_JSON, RUNS_JSON, dims_label, parse_dims
 from pycuda_heads.tuning import cli
 from pycuda_heads.tuning.constraints import Feasibility
 from pycuda_heads.tuning.efficiency import run_efficiency
@@ -28,6 +23,11 @@ from pycuda_heads.tuning.spaces import TuningTask, all_points, distributions, po
 from pycuda_heads.tuning.storage import cache_path, open_storage, tuning_dir
 from pycuda_heads.tuning.sweep import run_sweep
 from pycuda_heads.tuning.tune import tune
+
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core.space import KernelSpace
+from pycuda_heads.core.tuned import lookup
+from pycuda_heads.records import EFFICIENCY_JSON, RUNS_JSON, dims_label, parse_dims
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -584,6 +584,7 @@ def test_gpu_commands_wire_the_gpu_pieces_together(tmp_path, monkeypatch, capsys
 
 def test_gpu_evaluator_rotates_input_sets_and_reports_validation(monkeypatch):
     from pycuda_heads.tuning import objective
+
     from pycuda_heads.verify import cases, checks
 
     class Case:

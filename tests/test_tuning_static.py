@@ -6,12 +6,12 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
-from pycuda_heads.records import dims_label
 from pycuda_heads.tuning import constraints
 from pycuda_heads.tuning.constraints import Feasibility, spec_static
 from pycuda_heads.tuning.spaces import TuningTask, point_key
+
+from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
+from pycuda_heads.records import dims_label
 from pycuda_heads.verify import static_check
 from pycuda_heads.verify.static_check import StaticReport, check_kernel
 
