@@ -74,6 +74,15 @@ def git_state(where: Path | str | None = None) -> dict[str, Any]:
             "dirty": None if status is None else bool(status)}
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask means setting it: once, at import
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def write_text(path: Path | str, text: str) -> None:
     """Write ``text`` so that a reader sees the old file or the new one, never a part: a unique
     temporary name in the same folder, fsync, then rename. Concurrent writers never collide."""
@@ -81,9 +90,7 @@ def write_text(path: Path | str, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is for everyone
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a results file is for everyone
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -24,18 +24,34 @@ class LaunchError(RuntimeError):
     """A kernel launch failed; the message names the kernel and its launch configuration."""
 
 
-def load_module(family: str, constants: Mapping[str, Any],
-                source_dir: Path | None = None) -> Any:
-    source = render(family, constants, source_dir)
+def _module(source: str) -> Any:
     key = variant_hash(source, NVCC_OPTIONS)
     module = _MODULES.get(key)
     if module is None:
         cuda()
         from pycuda.compiler import SourceModule
-        log.debug("compiling %s %s", family, dict(constants))
-        module = SourceModule(source, no_extern_c=True, options=list(NVCC_OPTIONS))
-        _MODULES[key] = module
+        log.debug("compiling %s", source.splitlines()[0])
+        module = _MODULES[key] = SourceModule(source, no_extern_c=True,
+                                              options=list(NVCC_OPTIONS))
     return module
+
+
+def load_module(family: str, constants: Mapping[str, Any],
+                source_dir: Path | None = None) -> Any:
+    return _module(render(family, constants, source_dir))
+
+
+_KERNELS: dict[tuple, "Kernel"] = {}
+
+
+def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
+               source_dir: Path | None = None) -> "Kernel":
+    """The prepared kernel of one variant, shared by every op object that launches it."""
+    key = (family, str(source_dir), entry, tuple(sorted(constants.items())))
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = Kernel(family, entry, constants, source_dir)
+    return k
 
 
 class Kernel:
@@ -46,8 +62,9 @@ class Kernel:
                  source_dir: Path | None = None):
         self.name = entry
         self.constants = dict(constants)
-        self.function = load_module(family, constants, source_dir).get_function(entry)
-        self.function.prepare(arg_types(render(family, constants, source_dir), entry))
+        source = render(family, constants, source_dir)
+        self.function = _module(source).get_function(entry)
+        self.function.prepare(arg_types(source, entry))
         self._shared_optin = STATIC_SHARED_LIMIT
         self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from . import device
-from .compile import Kernel
+from .compile import Kernel, get_kernel
 from .space import KernelSpace
 from .tuned import lookup
 
@@ -50,7 +50,6 @@ class Op:
         self._slug = device.gpu_slug()
         self._max_shared = device.max_shared_bytes()
         self._resolved: dict[tuple, tuple[dict[str, Any], str]] = {}
-        self._kernels: dict[tuple, Kernel] = {}
         #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
         self.chosen: dict[str, dict[str, Any]] = {}
 
@@ -99,9 +98,5 @@ class Op:
                               {**shape, "MAX_SHARED_BYTES": self._max_shared})
 
     def kernel(self, role: str, params: Mapping[str, Any]) -> Kernel:
-        key = (role, tuple(sorted(params.items())))
-        k = self._kernels.get(key)
-        if k is None:
-            k = self._kernels[key] = Kernel(self.FAMILY, f"{self.FAMILY}_{role}",
-                                            {**self.template, **params}, self.SOURCE_DIR)
-        return k
+        return get_kernel(self.FAMILY, f"{self.FAMILY}_{role}", {**self.template, **params},
+                          self.SOURCE_DIR)

@@ -49,28 +49,33 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
     t0 = time.perf_counter()
     for _ in range(4):
         fn()
-    host_s = [(time.perf_counter() - t0) / 4]
+    host_s = (time.perf_counter() - t0) / 4
     drv.Context.synchronize()
     start, stop = drv.Event(), drv.Event()
 
+    def timed(n: int) -> tuple[float, float, bool]:
+        """(GPU us per call, host s per call, whether the spin outlasted the enqueueing)."""
+        spin_ns = int(2e9 * host_s * n) + 20_000  # twice the host's enqueue time of n calls
+        spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(spin_ns))
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t0) / n
+        stop.record()
+        stop.synchronize()
+        return stop.time_since(start) * 1e3 / n, host, host * n * 1e9 < spin_ns
+
     def batch(n: int) -> tuple[float, float]:
-        for attempt in range(3):
-            # hold the GPU for twice the time the host needs to enqueue n calls
-            spin_ns = int(2e9 * host_s[0] * n) + 20_000
-            spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(spin_ns))
-            start.record()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            host = (time.perf_counter() - t0) / n
-            stop.record()
-            stop.synchronize()
-            # A call that synchronises inside waits out the spin whatever its length: after
-            # two longer tries its time is taken as it is.
-            if host * n * 1e9 < spin_ns or attempt == 2:
-                return stop.time_since(start) * 1e3 / n, host * 1e6
-            host_s[0] = 1.5 * host  # the GPU may have waited for the host: again, longer
-        raise AssertionError("unreachable")
+        nonlocal host_s
+        gpu, host, covered = timed(n)
+        for _ in range(2):  # the GPU may have waited for the host: again, with a longer spin
+            if covered:
+                break
+            host_s = 1.5 * host
+            gpu, host, covered = timed(n)
+        # a call that synchronises inside waits out any spin: its time is taken as it is
+        return gpu, host * 1e6
 
     n = 1
     while n < 256 and batch(n)[0] * n < target_ms * 1e3:  # deeper batches can fill the queue

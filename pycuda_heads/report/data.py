@@ -186,7 +186,7 @@ def cases(rows: Iterable[dict[str, Any]]) -> list[Case]:
         key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
         grouped.setdefault(key, {})[row.get("provider", "")] = row
     out = [Case(op, shape, pass_, r) for (op, shape, pass_), r in grouped.items()]
-    first = {op: i for i, op in reversed(list(enumerate(c.op for c in out)))}
+    first = {op: i for i, op in enumerate(dict.fromkeys(c.op for c in out))}
     out.sort(key=lambda c: (first[c.op], shape_size(c.shape), c.shape, pass_order(c.pass_)))
     return out
 

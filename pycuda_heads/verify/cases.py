@@ -5,7 +5,6 @@ and shared by every variant timed or checked on them."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
@@ -13,18 +12,22 @@ import numpy as np
 from ..catalog import SUITE_TEMPLATE
 from ..core.spec import KernelSpec
 
-_REFERENCES: OrderedDict[tuple, tuple[np.ndarray, ...]] = OrderedDict()
+# The newest Inputs by (kernel, template, shape, seed): a tuning task's rotation of input sets
+# and the validation of its candidates all fit.
+_INPUTS: OrderedDict[tuple, "Inputs"] = OrderedDict()
+_KEEP = 6
 
 
 class Inputs:
-    """Host inputs of a kernel at one shape and their device copies (uploaded on first use)."""
+    """Host inputs of a kernel at one shape, their device copies (uploaded on first use) and
+    their references (computed on first use)."""
 
     def __init__(self, spec: KernelSpec, template: Mapping[str, int], shape: Mapping[str, int],
                  seed: int):
-        self.key = (spec.id, tuple(sorted(template.items())), tuple(sorted(shape.items())), seed)
-        self.spec, self.template, self.shape, self.seed = spec, dict(template), dict(shape), seed
+        self.spec = spec
         self.host = spec.make_inputs(template, shape, seed)
         self._dev: dict[str, Any] | None = None
+        self._refs: dict[str, tuple[np.ndarray, ...]] = {}
 
     @property
     def dev(self) -> dict[str, Any]:
@@ -36,38 +39,23 @@ class Inputs:
         return self._dev
 
     def reference(self, dtype: type = np.float64) -> tuple[np.ndarray, ...]:
-        """The reference outputs (cached: many variants are checked on the same inputs)."""
-        key = (*self.key, np.dtype(dtype).name)
-        if key not in _REFERENCES:
-            _REFERENCES[key] = self.spec.run_reference(self.host, dtype)
-            while len(_REFERENCES) > 16:
-                _REFERENCES.popitem(last=False)
-        return _REFERENCES[key]
-
-
-@lru_cache(maxsize=6)
-def _inputs(key: "_Key", template: tuple, shape: tuple, seed: int) -> Inputs:
-    return Inputs(key.spec, dict(template), dict(shape), seed)
+        name = np.dtype(dtype).name
+        if name not in self._refs:
+            self._refs[name] = self.spec.run_reference(self.host, dtype)
+        return self._refs[name]
 
 
 def shared_inputs(spec: KernelSpec, template: Mapping[str, int], shape: Mapping[str, int],
                   seed: int = 0) -> Inputs:
-    """The one ``Inputs`` of this point, made on first use."""
-    return _inputs(_Key(spec), tuple(sorted(template.items())),
-                   tuple(sorted(shape.items())), seed)
-
-
-class _Key:
-    """A spec as a cache key by identity (specs hold dicts, so they are not hashable)."""
-
-    def __init__(self, spec: KernelSpec):
-        self.spec = spec
-
-    def __hash__(self) -> int:
-        return id(self.spec)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Key) and other.spec is self.spec
+    """The one ``Inputs`` of this point, made on first use and shared by every variant."""
+    key = (spec.id, tuple(sorted(template.items())), tuple(sorted(shape.items())), seed)
+    hit = _INPUTS.get(key)
+    if hit is None or hit.spec is not spec:
+        hit = _INPUTS[key] = Inputs(spec, template, shape, seed)
+        while len(_INPUTS) > _KEEP:
+            _INPUTS.popitem(last=False)
+    _INPUTS.move_to_end(key)
+    return hit
 
 
 class Case:
