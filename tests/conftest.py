@@ -1,7 +1,10 @@
 """GPU tests carry the ``gpu`` marker and skip cleanly where PyCUDA or a CUDA device is missing."""
 import os
+import time
 
 import pytest
+
+_STARTED = pytest.StashKey[float]()
 
 # Synchronise after every launch in tests, so an asynchronous fault surfaces at its launch.
 os.environ.setdefault("PYCUDA_HEADS_SYNC", "1")
@@ -18,3 +21,42 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {exc}")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--gpu-record", action="store_true",
+                     help="write reports/<gpu>/gpu_tests.json with this run's counts, commit "
+                          "and date (only when the GPU tests ran)")
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_STARTED] = time.time()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The GPU test record: a run on the GPU is evidence only if its counts are kept."""
+    if not session.config.getoption("--gpu-record"):
+        return
+    import datetime
+    import sys
+    from pathlib import Path
+
+    from pycuda_heads import records
+    from pycuda_heads.core import device
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    counts = {k: len(reporter.stats.get(k, ())) for k in ("passed", "failed", "error", "skipped")}
+    gpu_ran = any("gpu" in getattr(r, "keywords", {}) for r in reporter.stats.get("passed", ()))
+    if not gpu_ran:
+        reporter.write_line("--gpu-record: no GPU test passed, no record written")
+        return
+    root = Path(__file__).resolve().parents[1]
+    state = records.git_state(root)
+    record = {"gpu": device.gpu_name(), "commit": state["describe"], "date":
+              datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              **counts, "seconds": round(time.time() - session.config.stash[_STARTED], 1),
+              "exit_status": int(exitstatus),
+              "command": "python -m pytest " + " ".join(sys.argv[1:])}
+    path = root / "reports" / device.gpu_slug() / records.GPU_TESTS_JSON
+    records.write_json(path, record)
+    reporter.write_line(f"GPU test record written to {path}")

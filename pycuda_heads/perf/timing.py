@@ -16,6 +16,12 @@ import numpy as np
 from ..core.device import cuda
 
 
+# A spin never holds the GPU longer than this, whatever the host measured.
+_SPIN_CAP_NS = 200_000_000
+# The spin that tells whether a call waits for the GPU before returning.
+_PROBE_NS = 5_000_000
+
+
 @lru_cache(maxsize=None)
 def _helpers() -> tuple[Any, Any]:
     from ..core.compile import load_module
@@ -51,12 +57,20 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
         fn()
     host_s = (time.perf_counter() - t0) / 4
     drv.Context.synchronize()
+    # A call that waits for the GPU inside would wait out any spin, and a spin sized by its
+    # host time would grow without bound: such a call is timed as it is, with no spin.
+    spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(_PROBE_NS))
+    t0 = time.perf_counter()
+    fn()
+    blocks = (time.perf_counter() - t0) * 1e9 > _PROBE_NS / 2
+    drv.Context.synchronize()
     start, stop = drv.Event(), drv.Event()
 
     def timed(n: int) -> tuple[float, float, bool]:
         """(GPU us per call, host s per call, whether the spin outlasted the enqueueing)."""
-        spin_ns = int(2e9 * host_s * n) + 20_000  # twice the host's enqueue time of n calls
-        spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(spin_ns))
+        spin_ns = 0 if blocks else min(int(2e9 * host_s * n) + 20_000, _SPIN_CAP_NS)
+        if spin_ns:
+            spin.prepared_call((1, 1, 1), (1, 1, 1), np.int64(spin_ns))
         start.record()
         t0 = time.perf_counter()
         for _ in range(n):
@@ -64,7 +78,7 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
         host = (time.perf_counter() - t0) / n
         stop.record()
         stop.synchronize()
-        return stop.time_since(start) * 1e3 / n, host, host * n * 1e9 < spin_ns
+        return stop.time_since(start) * 1e3 / n, host, blocks or host * n * 1e9 < spin_ns
 
     def batch(n: int) -> tuple[float, float]:
         nonlocal host_s
@@ -74,7 +88,6 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
                 break
             host_s = 1.5 * host
             gpu, host, covered = timed(n)
-        # a call that synchronises inside waits out any spin: its time is taken as it is
         return gpu, host * 1e6
 
     n = 1
