@@ -21,6 +21,11 @@ RUNS_JSON = "runs.json"
 JOURNAL = "optuna.journal"
 # A tuning cache is named <kernel>__<template>__<shape>.json.
 CACHE_GLOB = "*__*__*.json"
+# Environment variable naming the commit to record, for a tree copied without its git history.
+COMMIT_ENV = "PYCUDA_HEADS_COMMIT"
+# A timing whose p80/p20 spread is above this is noisy: the bench measures it again, and the
+# report marks it if it stays so.
+NOISY_SPREAD = 1.5
 # The pass name of a forward and backward timed together.
 FWD_BWD = "fwd+bwd"
 
@@ -68,6 +73,9 @@ def git_state(where: Path | str | None = None) -> dict[str, Any]:
             return None
         return proc.stdout.strip() if proc.returncode == 0 else None
 
+    pinned = os.environ.get(COMMIT_ENV)
+    if pinned:  # a copied tree whose git metadata is not the code's
+        return {"commit": pinned, "describe": pinned, "dirty": False}
     status = git("status", "--porcelain")
     return {"commit": git("rev-parse", "HEAD"),
             "describe": git("describe", "--always", "--dirty") or "unknown",

@@ -79,8 +79,8 @@ def test_floor_bytes_by_hand(op: str, pass_: str, shape: dict[str, int], expecte
 
 
 def test_floor_matches_design_figures() -> None:
-    # DESIGN.md section 6: at ~4.3 TB/s the pool (4096,256) fwd+bwd floor is ~390 us and the
-    # FRD B=262144 floor ~54 us.
+    # At the H200's ~4.3 TB/s copy bandwidth the pool (4096,256) fwd+bwd floor is ~390 us and
+    # the FRD B=262144 floor ~54 us: the figures the kernels were planned against.
     assert floor_bytes("pool", "fwd+bwd", {"B": 4096, "K": 256}) / 4.3e6 == \
         pytest.approx(390, rel=0.01)
     assert floor_bytes("frd", "fwd+bwd", {"B": 262144}) / 4.3e6 == \
@@ -255,7 +255,7 @@ def test_report_targets_say_met_or_missed_and_by_how_much(reports: Path) -> None
     readme = report.build(reports / "nvidia-h200").read_text()
     assert "5 of 8 measured targets met" in readme
     pool_compile = table_row(readme, "pool", "B=4096,K=256", "fwd+bwd", "512", "3.12x")
-    assert pool_compile[-1].startswith("**missed**") and f"needs {5 / 3.125:.2f}x more" in \
+    assert pool_compile[-1].startswith("**missed**") and f"needs {5 / 3.125:.2f}x faster" in \
         pool_compile[-1]
     frd_floor = table_row(readme, "frd", "B=262144", "fwd+bwd", "62.0", "86%")
     assert frd_floor[-1] == "met: reaches 86% of the floor"
@@ -288,6 +288,91 @@ def test_report_plots_are_valid_pngs(reports: Path) -> None:
         with Image.open(gpu_dir / name) as img:
             assert img.format == "PNG" and img.width > 300 and img.height > 200
             img.verify()
+
+
+def _case(rows: dict[str, dict[str, Any]]):
+    from pycuda_heads.report.data import Case
+    return Case("gate", "B=3", "forward", rows)
+
+
+def _row(us: float, p20: float | None = None, p80: float | None = None, **extra: Any) -> dict:
+    return {"median_us": us, "p20_us": p20 or us, "p80_us": p80 or us, **extra}
+
+
+def test_speedups_below_one_read_slower() -> None:
+    from pycuda_heads.report import data, tables
+    assert tables.speedup(2.5) == "2.50x" and tables.speedup(0.25) == "4.00x slower"
+    case = _case({"tuned": _row(4.0), "torch_compile": _row(1.0)})
+    target = data._compile_target(case)
+    assert target.detail.startswith("4.00x slower than torch.compile") and "0.25x" not in \
+        target.detail
+    section = tables.op_section("gate", [case], [])
+    assert "4.00x slower" in table_row(section, "B=3", "forward")[10]
+
+
+def test_noisy_cells_are_marked_and_same_launch_is_not_a_ratio() -> None:
+    from pycuda_heads.report import tables
+    config = json.dumps({"forward": {"params": {"BLOCK": 256}, "source": "x"}})
+    case = _case({"tuned": _row(2.0, 1.0, 2.0, config=config),
+                  "default": _row(1.8, noisy="1", config=config)})
+    section = tables.op_section("gate", [case], [])
+    cells = table_row(section, "B=3", "forward")
+    assert cells[2] == "2.00 ~" and cells[4] == "1.80 ~"
+    assert cells[11] == "same launch"
+    assert "~ noisy: the p80/p20 spread stayed above 1.5" in section
+    other = json.dumps({"forward": {"params": {"BLOCK": 128}, "source": "tuned"}})
+    case = _case({"tuned": _row(2.0, config=other), "default": _row(2.2, config=config)})
+    assert table_row(tables.op_section("gate", [case], []), "B=3", "forward")[11] == "1.10x"
+    assert "~ noisy" not in tables.op_section("gate", [case], [])
+
+
+def test_an_incomplete_sweep_is_stated_with_what_is_missing(reports: Path) -> None:
+    runs = [{"command": "pycuda-heads sweep", "started": "2026-11-20T09:00:00+00:00",
+             "wall_s": 30.0, "tasks": 28, "tasks_done": 28, "unfinished": False, "missing": []},
+            {"command": "pycuda-heads sweep --time-budget 60", "wall_s": 61.0,
+             "started": "2026-11-20T10:00:00+00:00", "tasks": 28, "tasks_done": 26,
+             "unfinished": True, "missing": ["frd.softmax_ce_grad B=1024", "gate.forward B=3"]},
+            {"command": "pycuda-heads tune --kernel gate.forward", "tasks": 1, "tasks_done": 1}]
+    (reports / "nvidia-h200" / "tuning" / "runs.json").write_text(json.dumps(runs))
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert "26 of 28 kernel x shape tasks finished" in readme
+    assert ("**The sweep is incomplete.** Not tuned: frd.softmax_ce_grad B=1024, "
+            "gate.forward B=3.") in readme
+    (reports / "nvidia-h200" / "tuning" / "runs.json").write_text(json.dumps(runs[:1]))
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert "28 of 28 kernel x shape tasks finished" in readme and "incomplete" not in readme
+
+
+def test_no_empty_plot_and_no_stale_plot(reports: Path) -> None:
+    gpu_dir = reports / "nvidia-h200"
+    (gpu_dir / "tuning_gone.png").write_bytes(b"old")
+    bare = {"kernel": "gate.forward", "template": {"N_HORIZONS": 5}, "shape": {"B": 7}}
+    (gpu_dir / "tuning" / "gate.forward__N_HORIZONS=5__B=7.json").write_text(json.dumps(bare))
+    report.build(gpu_dir)
+    assert not (gpu_dir / "tuning_gone.png").exists()
+    assert not list(gpu_dir.glob("tuning_gate-forward*b-7.png"))
+    # an op whose every provider failed gets its table, and no plot
+    from pycuda_heads.report import plots
+    case = _case({"tuned": {"error": "LaunchError: x"}, "floor": _row(1.0)})
+    assert not plots.op_times("gate", "NVIDIA H200", [case], 1.0, gpu_dir / "x.png")
+    assert not plots.op_floor("gate", "NVIDIA H200", [case], gpu_dir / "y.png")
+    assert not list(gpu_dir.glob("[xy].png"))
+
+
+def test_time_plot_axis_spans_the_times_not_the_floor(reports: Path, monkeypatch) -> None:
+    from matplotlib.figure import Figure
+
+    from pycuda_heads.report import plots
+    seen: list[Figure] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: seen.append(self))
+    case = _case({"tuned": _row(2.0), "default": _row(2.0), "floor": _row(1e-5)})
+    assert plots.op_times("gate", "NVIDIA H200", [case], 1.4, reports / "t.png")
+    ax = seen[0].axes[0]
+    assert ax.get_ylim()[0] == pytest.approx(1.0)  # half the fastest time, not the 1e-5 floor
+    assert "NVIDIA H200" in seen[0].get_suptitle()
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert lines["default"].get_linewidth() > lines["tuned"].get_linewidth()  # both visible
+    assert lines["tuned"].get_zorder() > lines["default"].get_zorder()
 
 
 def test_report_cli_writes_every_gpu_and_the_index(reports: Path) -> None:

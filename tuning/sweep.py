@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 from optuna.storages import BaseStorage
 
 from pycuda_heads.core.space import Point
+from pycuda_heads.records import dims_label
 
 from . import constraints
 from .cache import TuningCache
@@ -59,14 +60,16 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
 
 def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path, *,
              command: str, started: str, mode: str, seed: int, budget: Budget) -> None:
-    done = sum(not o.stopped for o in outcomes)
+    finished = {o.task.name for o in outcomes if not o.stopped}
+    done = len(finished)
     stopped = done < len(tasks)
+    missing = [f"{t.kernel} {dims_label(t.shape)}" for t in tasks if t.name not in finished]
     for slug in sorted({t.slug for t in tasks}):
         append_run(tuning_dir(out, slug), {
             "command": command, "started": started, "wall_s": round(budget.elapsed(), 1),
             "mode": mode, "seed": seed, "tasks": len(tasks), "tasks_done": done,
             "trials": sum(o.trials for o in outcomes), "timed": sum(o.timed for o in outcomes),
-            "unfinished": stopped})
+            "unfinished": stopped, "missing": missing})
     if stopped:
         log.warning("stopped after %.0f s: %d of %d tasks done; re-run the same command to "
                     "resume", budget.elapsed(), done, len(tasks))

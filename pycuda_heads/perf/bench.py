@@ -12,8 +12,8 @@ Providers, measured side by side in one process on one GPU:
 GPU time comes from ``timing.gpu_time_us``: batches of calls queued behind a spin kernel, so the
 CUDA events time the GPU's work, not the Python that enqueues it; the Python cost of a call is
 timed on the host meanwhile (``python_call_us``). Rows go to ``<out>/<gpu-slug>/bench.csv``.
-A measurement whose p80/p20 spread exceeds ``NOISY`` is taken again; a second noisy one is
-kept and flagged in the ``noisy`` column.
+A measurement whose p80/p20 spread exceeds ``records.NOISY_SPREAD`` is taken again; a second
+noisy one is kept and flagged in the ``noisy`` column.
 """
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ log = logging.getLogger("pycuda_heads.bench")
 
 LIBRARY = ("tuned", "default")
 PEERS = ("torch_eager", "torch_compile")
-NOISY = 1.5
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
            "reps", "python_call_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
@@ -227,14 +226,14 @@ class Bench:
                 fn()
             self.harness.sync()
             t = self.harness.time(fn, self.reps)
-            if _spread(t) > NOISY:  # once more; the quieter of the two is kept
+            if _spread(t) > records.NOISY_SPREAD:  # once more; the quieter of the two is kept
                 again = self.harness.time(fn, self.reps)
                 t = min(t, again, key=_spread)
         except Exception as exc:  # one failing provider must not end the run
             log.warning("%s failed: %s", what, _error(exc))
             return {"error": _error(exc)}
         out = {k: t[k] for k in ("median_us", "p20_us", "p80_us", "reps", "python_call_us")}
-        out["noisy"] = int(_spread(t) > NOISY)
+        out["noisy"] = int(_spread(t) > records.NOISY_SPREAD)
         return out
 
     def _library(self, op: str, provider: str) -> Any:

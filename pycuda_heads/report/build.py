@@ -30,13 +30,19 @@ def build(gpu_dir: Path) -> Path:
              report_tables.targets(report_data.targets(cases, empty_us), empty_us)]
     if cases:
         parts.append("## Results per op\n")
+    written: set[str] = set()
     for op in report_data.ops(cases):
         mine = [c for c in cases if c.op == op]
-        plots = [f"{op}_time.png", f"{op}_floor.png"]
-        report_plots.op_times(op, mine, empty_us, gpu_dir / plots[0])
-        report_plots.op_floor(op, mine, gpu_dir / plots[1])
+        plots = [name for name, draw in (
+            (f"{op}_time.png", lambda p: report_plots.op_times(op, data.gpu, mine, empty_us, p)),
+            (f"{op}_floor.png", lambda p: report_plots.op_floor(op, data.gpu, mine, p)))
+            if draw(gpu_dir / name)]
+        written.update(plots)
         parts.append(report_tables.op_section(op, mine, plots))
-    parts.append(report_tables.tuning(data, _tuning_plots(data)))
+    parts.append(report_tables.sweep(data.runs))
+    tuning_plots = _tuning_plots(data)
+    written.update(tuning_plots.values())
+    parts.append(report_tables.tuning(data, tuning_plots))
     parts.append(report_tables.efficiency(data))
     parts.append(report_tables.validation(data))
     phase_file = gpu_dir / records.PHASES_JSON
@@ -47,6 +53,8 @@ def build(gpu_dir: Path) -> Path:
             parts.append(f"Phase log unreadable: {exc}\n")
     if cases:
         parts.append(report_tables.METHOD)
+    for stale in set(p.name for p in gpu_dir.glob("*.png")) - written:
+        (gpu_dir / stale).unlink()  # a plot of data no longer there would mislead
     path = gpu_dir / "README.md"
     records.write_text(path, "\n".join(p for p in parts if p).rstrip("\n") + "\n")
     return path
@@ -60,8 +68,8 @@ def _tuning_plots(data: report_data.ReportData) -> dict[str, str]:
     for cache in data.tuning:
         name = f"tuning_{records.slug(Path(cache['file']).stem)}.png"
         best = exhaustive.get((cache["kernel"], _key(cache.get("shape"))))
-        report_plots.tuning(cache, best, data.gpu_dir / name)
-        plots[cache["file"]] = name
+        if report_plots.tuning(cache, data.gpu, best, data.gpu_dir / name):
+            plots[cache["file"]] = name
     return plots
 
 

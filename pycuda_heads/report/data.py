@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..records import CACHE_GLOB, EFFICIENCY_JSON, FWD_BWD, dims_label
+from ..records import (
+    CACHE_GLOB,
+    EFFICIENCY_JSON,
+    FWD_BWD,
+    NOISY_SPREAD,
+    RUNS_JSON,
+    dims_label,
+)
 
 NUMERIC = ("median_us", "p20_us", "p80_us", "reps", "python_call_us", "floor_bytes",
            "copy_bandwidth_GBps", "max_rel_err")
@@ -24,6 +31,7 @@ class ReportData:
     tuning: list[dict[str, Any]] = field(default_factory=list)
     efficiency: list[dict[str, Any]] | None = None
     validation: dict[str, Any] | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)  # tuning runs, oldest first
     missing: list[str] = field(default_factory=list)   # inputs that are absent, as sentences
     problems: list[str] = field(default_factory=list)  # inputs that could not be read
 
@@ -108,6 +116,11 @@ def load(gpu_dir: Path) -> ReportData:
         data.problems.append(f"`tuning/{EFFICIENCY_JSON}` is not a list")
         efficiency = None
     data.efficiency = efficiency
+    runs = _json(tuning / RUNS_JSON, data, "tuning run log") if caches else None
+    if runs is not None and not isinstance(runs, list):
+        data.problems.append(f"`tuning/{RUNS_JSON}` is not a list")
+        runs = None
+    data.runs = [r for r in runs or () if isinstance(r, dict)]
     validation = _json(data.gpu_dir / "validation.json", data, "GPU validation record")
     if validation is not None and not isinstance(validation, dict):
         data.problems.append("`validation.json` is not an object")
@@ -163,6 +176,23 @@ class Case:
     def call_us(self, provider: str) -> float | None:
         row = self.rows.get(provider)
         return row.get("python_call_us") if row and not row.get("error") else None
+
+    def noisy(self, provider: str) -> bool:
+        """Whether the timing stayed noisy (p80/p20 above NOISY_SPREAD) after a second try."""
+        row = self.rows.get(provider) or {}
+        if str(row.get("noisy", "")).strip() in ("1", "1.0", "True"):
+            return True
+        p20, p80 = row.get("p20_us"), row.get("p80_us")
+        return bool(p20 and p80 and p80 / p20 > NOISY_SPREAD)
+
+    def launch(self, provider: str) -> dict[str, Any] | None:
+        """role -> launch parameters the provider ran with, from the bench's config column."""
+        try:
+            chosen = json.loads((self.rows.get(provider) or {}).get("config") or "{}")
+        except ValueError:
+            return None
+        return {role: c.get("params") for role, c in chosen.items()
+                if isinstance(c, dict)} or None
 
     def over_tuned(self, provider: str) -> float | None:
         """``provider``'s time over the tuned time: the tuned kernels' speed-up over it."""
@@ -238,10 +268,15 @@ def _compile_target(case: Case) -> Target:
         return Target("compile", case, None, None,
                       _why_unmeasured(case, ("tuned", "torch_compile")))
     if x >= COMPILE_GOAL:
-        return Target("compile", case, x, True, f"{x:.2f}x faster than torch.compile")
+        return Target("compile", case, x, True, f"{speedup_text(x)} than torch.compile")
     return Target("compile", case, x, False,
-                  f"{x:.2f}x faster than torch.compile: needs {COMPILE_GOAL / x:.2f}x more "
+                  f"{speedup_text(x)} than torch.compile: needs {COMPILE_GOAL / x:.2f}x faster "
                   f"(<= {compiled / COMPILE_GOAL:.1f} us)")
+
+
+def speedup_text(x: float) -> str:
+    """'2.53x faster', or for a ratio below 1 '4.50x slower' (never '0.22x faster')."""
+    return f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
 
 
 def _empty_target(case: Case, empty_us: float | None) -> Target:

@@ -16,6 +16,15 @@ from .data import (
 
 STYLE = {"tuned": ("C0", "o", "-"), "default": ("C1", "s", "-"), "torch_eager": ("C2", "^", "-"),
          "torch_compile": ("C3", "v", "-"), "floor": ("k", "", "--")}
+# Tuned and default often coincide: default is drawn wide and hollow underneath, tuned on top.
+UNDER = {"default": {"linewidth": 4, "markersize": 10, "markerfacecolor": "none", "alpha": 0.6,
+                     "zorder": 2}}
+
+
+def _plot(ax: Any, provider: str, points: Sequence[tuple[float, float]]) -> None:
+    color, marker, line = STYLE[provider]
+    ax.plot(*zip(*points), color=color, marker=marker, linestyle=line, label=LABELS[provider],
+            **UNDER.get(provider, {"zorder": 3}))
 
 
 def _figure(n_panels: int, width: float = 4.6, height: float = 3.6) -> Any:
@@ -32,63 +41,86 @@ def _panels(op_cases: Sequence[Case]) -> list[tuple[str, list[Case]]]:
             for p in sorted(by_pass, key=pass_order)]
 
 
-def op_times(op: str, op_cases: Sequence[Case], empty_us: float | None, path: Path) -> None:
-    """Median GPU time by shape of every provider (log scale), one panel per pass."""
+def op_times(op: str, gpu: str, op_cases: Sequence[Case], empty_us: float | None,
+             path: Path) -> bool:
+    """Median GPU time by shape of every provider (log scale), one panel per pass. The axis
+    spans the measured times: a floor far below them is cut off, not allowed to squash them.
+    False (and no file) when nothing was measured."""
     panels = _panels(op_cases)
+    if not any(c.time(p) for _, cs in panels for c in cs for p in PROVIDERS):
+        return False
     fig, axes = _figure(len(panels))
     for ax, (pass_, cs) in zip(axes, panels):
         x = range(len(cs))
-        for provider in (*PROVIDERS, "floor"):
-            color, marker, line = STYLE[provider]
+        measured = []
+        for provider in PROVIDERS:
             points = [(i, c.time(provider)) for i, c in zip(x, cs) if c.time(provider)]
             if points:
-                ax.plot(*zip(*points), color=color, marker=marker, linestyle=line,
-                        label=LABELS[provider])
+                _plot(ax, provider, points)
+                measured += [t for _, t in points]
+        floor = [(i, c.time("floor")) for i, c in zip(x, cs) if c.time("floor")]
+        if measured:
+            low, high = min(measured) / 2, max(measured) * 2
+            if floor:
+                _plot(ax, "floor", floor)
+                if any(t < low for _, t in floor):
+                    ax.text(0.02, 0.02, "floor: below the axis where not drawn",
+                            transform=ax.transAxes, fontsize=7, color="k")
+            ax.set_ylim(low, high)
         if empty_us:
             ax.axhline(empty_us, color="grey", linestyle=":", label="empty kernel")
         ax.set_yscale("log")
         ax.set_xticks(list(x), [c.shape for c in cs], rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"{op} {pass_}")
+        ax.set_title(pass_)
         ax.set_ylabel("GPU time per call (us)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
+    fig.suptitle(f"{op}: GPU time per call on {gpu}")
     fig.savefig(path, dpi=100)
+    return True
 
 
-def op_floor(op: str, op_cases: Sequence[Case], path: Path) -> None:
-    """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass."""
+def op_floor(op: str, gpu: str, op_cases: Sequence[Case], path: Path) -> bool:
+    """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass. False
+    (and no file) when no pass has both a floor and a time."""
     panels = _panels(op_cases)
+    if not any(c.time("floor") and c.time(p) for _, cs in panels for c in cs for p in PROVIDERS):
+        return False
     fig, axes = _figure(len(panels))
     for ax, (pass_, cs) in zip(axes, panels):
         x = range(len(cs))
         top = 1.05
         for provider in PROVIDERS:
-            color, marker, line = STYLE[provider]
             points = [(i, c.time("floor") / c.time(provider)) for i, c in zip(x, cs)
                       if c.time("floor") and c.time(provider)]
             if points:
-                ax.plot(*zip(*points), color=color, marker=marker, linestyle=line,
-                        label=LABELS[provider])
+                _plot(ax, provider, points)
                 top = max(top, 1.05 * max(f for _, f in points))
         ax.axhline(FLOOR_GOAL, color="k", linestyle="--", label=f"goal {FLOOR_GOAL:.0%}")
         ax.set_ylim(0, top)
         ax.set_xticks(list(x), [c.shape for c in cs], rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"{op} {pass_}")
+        ax.set_title(pass_)
         ax.set_ylabel("floor time / time")
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=8)
+    fig.suptitle(f"{op}: fraction of the copy-bandwidth floor on {gpu}")
     fig.savefig(path, dpi=100)
+    return True
 
 
-def tuning(cache: dict[str, Any], exhaustive_us: float | None, path: Path) -> None:
-    """Best-so-far time against trial for every study of one cache, and the knobs' importance."""
+def tuning(cache: dict[str, Any], gpu: str, exhaustive_us: float | None, path: Path) -> bool:
+    """Best-so-far time against trial for every study of one cache, and the knobs' importance.
+    False (and no file) when the cache holds neither."""
     from matplotlib.ticker import MaxNLocator
-    fig, (hist, imp) = _figure(2)
     studies: dict[str, list[tuple[float, float]]] = {}
     for h in cache.get("history") or ():
         if h.get("best_so_far_us") is not None and h.get("trial") is not None:
             label = f"{h.get('mode', h.get('study', '?'))} seed {h.get('seed', '?')}"
             studies.setdefault(label, []).append((h["trial"], h["best_so_far_us"]))
+    importance = sorted((cache.get("importance") or {}).items(), key=lambda kv: kv[1])
+    if not studies and not importance:
+        return False
+    fig, (hist, imp) = _figure(2)
     for label, points in sorted(studies.items()):
         hist.plot(*zip(*sorted(points)), drawstyle="steps-post", label=label)
     if cache.get("default_time_us"):
@@ -104,11 +136,12 @@ def tuning(cache: dict[str, Any], exhaustive_us: float | None, path: Path) -> No
     hist.grid(True, alpha=0.3)
     if studies or cache.get("default_time_us") or exhaustive_us:
         hist.legend(fontsize=7)
-    importance = sorted((cache.get("importance") or {}).items(), key=lambda kv: kv[1])
     if importance:
         imp.barh([k for k, _ in importance], [v for _, v in importance], color="C0")
     else:
         imp.text(0.5, 0.5, "no importance recorded", ha="center", transform=imp.transAxes)
     imp.set_xlabel("importance")
     imp.set_title("parameter importance")
+    fig.suptitle(f"tuning {cache['kernel']} on {gpu}")
     fig.savefig(path, dpi=100)
+    return True

@@ -5,7 +5,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from ..records import FWD_BWD
+from ..records import FWD_BWD, NOISY_SPREAD
 from .data import (
     COMPILE_GOAL,
     EMPTY_GOAL,
@@ -30,6 +30,13 @@ def us(v: float | None) -> str:
 
 def times(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}x"
+
+
+def speedup(v: float | None) -> str:
+    """A speed-up cell: '2.53x', or below 1 '1.06x slower'."""
+    if v is None:
+        return "–"
+    return f"{v:.2f}x" if v >= 1 else f"{1 / v:.2f}x slower"
 
 
 def percent(v: float | None) -> str:
@@ -59,7 +66,17 @@ def _ran_default(case: Case) -> bool:
 def _time_cell(case: Case, provider: str) -> str:
     if case.error(provider):
         return "failed"
-    return us(case.time(provider))
+    t = us(case.time(provider))
+    return t + " ~" if case.time(provider) is not None and case.noisy(provider) else t
+
+
+def _tuned_vs_default(case: Case) -> str:
+    """The speed-up over the default, or 'same launch' when both ran the same parameters (a
+    ratio between two timings of one configuration measures only the noise)."""
+    tuned, default = case.launch("tuned"), case.launch("default")
+    if tuned is not None and tuned == default:
+        return "same launch"
+    return speedup(case.over_tuned("default"))
 
 
 def header(data: ReportData, empty_us: float | None) -> str:
@@ -106,6 +123,25 @@ def phases(entries: Sequence[dict[str, Any]] | None) -> str:
                       f"Total: {total / 60:.1f} minutes.", ""])
 
 
+def sweep(runs: Sequence[dict[str, Any]]) -> str:
+    """Whether the latest sweep tuned every kernel x shape, and what it left untuned."""
+    sweeps = [r for r in runs if " sweep" in f" {r.get('command', '')}"]
+    if not sweeps:
+        return ""
+    r = sweeps[-1]
+    done, total = r.get("tasks_done", "?"), r.get("tasks", "?")
+    lines = ["## Sweep coverage", "",
+             f"Latest sweep: `{r.get('command', '?')}`, started {r.get('started', '?')}, "
+             f"{r.get('wall_s', '?')} s: {done} of {total} kernel x shape tasks finished.", ""]
+    if r.get("unfinished"):
+        missing = r.get("missing")
+        lines += ["**The sweep is incomplete.** "
+                  + (f"Not tuned: {', '.join(missing)}." if missing else
+                     "The run did not record which tasks are missing.")
+                  + " Those kernels use an older entry of the tuned table or the default.", ""]
+    return "\n".join(lines)
+
+
 def inputs(data: ReportData) -> str:
     lines = ["## Inputs", ""]
     present = [what for what, ok in (
@@ -126,8 +162,8 @@ def headline(all_cases: Sequence[Case]) -> str:
         for c in extreme_cases(all_cases, op, largest=True):
             if c.pass_ == FWD_BWD:
                 rows.append((op, c.shape, us(c.time("tuned")), us(c.time("floor")),
-                             percent(c.floor_fraction), times(c.over_tuned("torch_eager")),
-                             times(c.over_tuned("torch_compile"))))
+                             percent(c.floor_fraction), speedup(c.over_tuned("torch_eager")),
+                             speedup(c.over_tuned("torch_compile"))))
     if not rows:
         return ""
     return "\n".join([
@@ -155,7 +191,7 @@ def targets(found: Sequence[Target], empty_us: float | None) -> str:
     groups = (("floor", f"Largest shapes, forward + backward: at least {FLOOR_GOAL:.0%} of the "
                         "copy-bandwidth floor", "of the floor", percent),
               ("compile", f"Largest shapes, forward + backward: at least {COMPILE_GOAL:.0f}x "
-                          "faster than torch.compile", "speed-up", times),
+                          "faster than torch.compile", "speed-up", speedup),
               ("empty", f"Smallest shapes: GPU time within {EMPTY_GOAL:.0f}x of an empty kernel "
                         f"launch ({us(empty_us)} us)", "time / empty launch", times))
     for goal, title, column, fmt in groups:
@@ -171,7 +207,7 @@ def targets(found: Sequence[Target], empty_us: float | None) -> str:
 def op_section(op: str, op_cases: Sequence[Case], plots: Sequence[str]) -> str:
     lines = [f"### {op}", ""]
     lines += [f"![{p}]({p})" for p in plots]
-    rows, defaulted = [], False
+    rows, defaulted, noisy = [], False, False
     for c in op_cases:
         tuned = _time_cell(c, "tuned")
         if c.time("tuned") is not None and _ran_default(c):
@@ -183,8 +219,9 @@ def op_section(op: str, op_cases: Sequence[Case], plots: Sequence[str]) -> str:
         rows.append((c.shape, c.pass_, tuned, spread, _time_cell(c, "default"),
                      _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
                      us(c.time("floor")), percent(c.floor_fraction),
-                     times(c.over_tuned("torch_eager")), times(c.over_tuned("torch_compile")),
-                     times(c.over_tuned("default")), calls))
+                     speedup(c.over_tuned("torch_eager")), speedup(c.over_tuned("torch_compile")),
+                     _tuned_vs_default(c), calls))
+        noisy = noisy or any(c.noisy(p) for p in c.rows if c.time(p) is not None)
     lines += ["", table(("shape", "pass", "tuned us", "tuned p20–p80", "default us",
                          "torch eager us", "torch.compile us", "floor us", "of the floor",
                          "vs torch eager", "vs torch.compile", "tuned vs default",
@@ -192,6 +229,9 @@ def op_section(op: str, op_cases: Sequence[Case], plots: Sequence[str]) -> str:
     if defaulted:
         lines += ["\\* no tuned entry applied: the tuned provider ran the default launch "
                   "parameters.", ""]
+    if noisy:
+        lines += [f"~ noisy: the p80/p20 spread stayed above {NOISY_SPREAD} after a second "
+                  "measurement; read that time with care.", ""]
     errors: dict[tuple[str, str], list[str]] = {}
     for c in op_cases:
         for provider, row in c.rows.items():
@@ -220,7 +260,7 @@ def tuning(data: ReportData, plots: dict[str, str]) -> str:
         top = max(importance, key=importance.get) if importance else "–"
         rows.append((cache["kernel"], shape_text(cache.get("template")),
                      shape_text(cache.get("shape")), us(default_us), us(best_us),
-                     times(default_us / best_us if default_us and best_us else None),
+                     speedup(default_us / best_us if default_us and best_us else None),
                      ", ".join(f"{k} {n}" for k, n in sorted(states.items())) or "–", validated,
                      json.dumps(best.get("params")) if best.get("params") else "none accepted",
                      top))
