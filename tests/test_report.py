@@ -291,8 +291,8 @@ def test_report_plots_are_valid_pngs(reports: Path) -> None:
 
 
 def _case(rows: dict[str, dict[str, Any]]):
-    from pycuda_heads.report.data import Case
-    return Case("gate", "B=3", "forward", rows)
+    from pycuda_heads.report.data import BenchResult
+    return BenchResult("gate", "B=3", "forward", rows)
 
 
 def _row(us: float, p20: float | None = None, p80: float | None = None, **extra: Any) -> dict:

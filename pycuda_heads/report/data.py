@@ -159,7 +159,7 @@ def shape_size(shape: str) -> int:
 
 
 @dataclass
-class Case:
+class BenchResult:
     op: str
     shape: str
     pass_: str
@@ -208,14 +208,14 @@ def pass_order(pass_: str) -> tuple[int, str]:
     return (PASS_ORDER.index(pass_) if pass_ in PASS_ORDER else len(PASS_ORDER), pass_)
 
 
-def cases(rows: Iterable[dict[str, Any]]) -> list[Case]:
+def cases(rows: Iterable[dict[str, Any]]) -> list[BenchResult]:
     grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
         if row.get("op") == "empty_kernel":
             continue
         key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
         grouped.setdefault(key, {})[row.get("provider", "")] = row
-    out = [Case(op, shape, pass_, r) for (op, shape, pass_), r in grouped.items()]
+    out = [BenchResult(op, shape, pass_, r) for (op, shape, pass_), r in grouped.items()]
     first = {op: i for i, op in enumerate(dict.fromkeys(c.op for c in out))}
     out.sort(key=lambda c: (first[c.op], shape_size(c.shape), c.shape, pass_order(c.pass_)))
     return out
@@ -228,12 +228,12 @@ def empty_kernel_us(rows: Iterable[dict[str, Any]]) -> float | None:
     return None
 
 
-def ops(all_cases: Sequence[Case]) -> list[str]:
+def ops(all_cases: Sequence[BenchResult]) -> list[str]:
     """The ops in the order the benchmark wrote them."""
     return list(dict.fromkeys(c.op for c in all_cases))
 
 
-def extreme_cases(all_cases: Sequence[Case], op: str, largest: bool) -> list[Case]:
+def extreme_cases(all_cases: Sequence[BenchResult], op: str, largest: bool) -> list[BenchResult]:
     """The cases of ``op`` at its largest (or smallest) measured shape."""
     mine = [c for c in all_cases if c.op == op]
     if not mine:
@@ -245,13 +245,13 @@ def extreme_cases(all_cases: Sequence[Case], op: str, largest: bool) -> list[Cas
 @dataclass
 class Target:
     goal: str      # which of the three goals
-    case: Case
+    case: BenchResult
     value: float | None
     met: bool | None  # None: not measured
     detail: str
 
 
-def _floor_target(case: Case) -> Target:
+def _floor_target(case: BenchResult) -> Target:
     f, t, floor = case.floor_fraction, case.time("tuned"), case.time("floor")
     if f is None or t is None or floor is None:
         return Target("floor", case, None, None, _why_unmeasured(case, ("tuned", "floor")))
@@ -262,7 +262,7 @@ def _floor_target(case: Case) -> Target:
                   f"needs {FLOOR_GOAL / f:.2f}x faster (<= {floor / FLOOR_GOAL:.1f} us)")
 
 
-def _compile_target(case: Case) -> Target:
+def _compile_target(case: BenchResult) -> Target:
     x, compiled = case.over_tuned("torch_compile"), case.time("torch_compile")
     if x is None or compiled is None:
         return Target("compile", case, None, None,
@@ -279,7 +279,7 @@ def speedup_text(x: float) -> str:
     return f"{x:.2f}x faster" if x >= 1 else f"{1 / x:.2f}x slower"
 
 
-def _empty_target(case: Case, empty_us: float | None) -> Target:
+def _empty_target(case: BenchResult, empty_us: float | None) -> Target:
     t = case.time("tuned")
     if t is None or not empty_us:
         why = "no empty-kernel measurement" if not empty_us else _why_unmeasured(case, ("tuned",))
@@ -292,7 +292,7 @@ def _empty_target(case: Case, empty_us: float | None) -> Target:
                   f"(needs <= {EMPTY_GOAL * empty_us:.1f} us)")
 
 
-def _why_unmeasured(case: Case, providers: Sequence[str]) -> str:
+def _why_unmeasured(case: BenchResult, providers: Sequence[str]) -> str:
     reasons = []
     for p in providers:
         if case.time(p) is None:
@@ -301,7 +301,7 @@ def _why_unmeasured(case: Case, providers: Sequence[str]) -> str:
     return "; ".join(reasons) or "not measured"
 
 
-def targets(all_cases: Sequence[Case], empty_us: float | None) -> list[Target]:
+def targets(all_cases: Sequence[BenchResult], empty_us: float | None) -> list[Target]:
     """Every target of every op: the two largest-shape goals on fwd+bwd, then the small-shape
     goal on every pass of the smallest shape."""
     out: list[Target] = []

@@ -8,7 +8,7 @@ from .data import (
     FLOOR_GOAL,
     LABELS,
     PROVIDERS,
-    Case,
+    BenchResult,
     pass_order,
     shape_size,
     shape_text,
@@ -33,15 +33,15 @@ def _figure(n_panels: int, width: float = 4.6, height: float = 3.6) -> Any:
     return fig, fig.subplots(1, n_panels, squeeze=False)[0]
 
 
-def _panels(op_cases: Sequence[Case]) -> list[tuple[str, list[Case]]]:
-    by_pass: dict[str, list[Case]] = {}
+def _panels(op_cases: Sequence[BenchResult]) -> list[tuple[str, list[BenchResult]]]:
+    by_pass: dict[str, list[BenchResult]] = {}
     for c in op_cases:
         by_pass.setdefault(c.pass_, []).append(c)
     return [(p, sorted(by_pass[p], key=lambda c: shape_size(c.shape)))
             for p in sorted(by_pass, key=pass_order)]
 
 
-def op_times(op: str, gpu: str, op_cases: Sequence[Case], empty_us: float | None,
+def op_times(op: str, gpu: str, op_cases: Sequence[BenchResult], empty_us: float | None,
              path: Path) -> bool:
     """Median GPU time by shape of every provider (log scale), one panel per pass. The axis
     spans the measured times: a floor far below them is cut off, not allowed to squash them.
@@ -80,7 +80,7 @@ def op_times(op: str, gpu: str, op_cases: Sequence[Case], empty_us: float | None
     return True
 
 
-def op_floor(op: str, gpu: str, op_cases: Sequence[Case], path: Path) -> bool:
+def op_floor(op: str, gpu: str, op_cases: Sequence[BenchResult], path: Path) -> bool:
     """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass. False
     (and no file) when no pass has both a floor and a time."""
     panels = _panels(op_cases)

@@ -11,7 +11,7 @@ from .data import (
     EMPTY_GOAL,
     FLOOR_GOAL,
     LABELS,
-    Case,
+    BenchResult,
     ReportData,
     Target,
     extreme_cases,
@@ -53,7 +53,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _ran_default(case: Case) -> bool:
+def _ran_default(case: BenchResult) -> bool:
     """Whether the tuned provider found no tuned entry and ran the default parameters."""
     try:
         chosen = json.loads((case.rows.get("tuned") or {}).get("config") or "{}")
@@ -63,14 +63,14 @@ def _ran_default(case: Case) -> bool:
     return bool(sources) and all(s.startswith("default") for s in sources)
 
 
-def _time_cell(case: Case, provider: str) -> str:
+def _time_cell(case: BenchResult, provider: str) -> str:
     if case.error(provider):
         return "failed"
     t = us(case.time(provider))
     return t + " ~" if case.time(provider) is not None and case.noisy(provider) else t
 
 
-def _tuned_vs_default(case: Case) -> str:
+def _tuned_vs_default(case: BenchResult) -> str:
     """The speed-up over the default, or 'same launch' when both ran the same parameters (a
     ratio between two timings of one configuration measures only the noise)."""
     tuned, default = case.launch("tuned"), case.launch("default")
@@ -156,7 +156,7 @@ def inputs(data: ReportData) -> str:
     return "\n".join(lines + [""])
 
 
-def headline(all_cases: Sequence[Case]) -> str:
+def headline(all_cases: Sequence[BenchResult]) -> str:
     rows = []
     for op in ops(all_cases):
         for c in extreme_cases(all_cases, op, largest=True):
@@ -204,7 +204,7 @@ def targets(found: Sequence[Target], empty_us: float | None) -> str:
     return "\n".join(lines)
 
 
-def op_section(op: str, op_cases: Sequence[Case], plots: Sequence[str]) -> str:
+def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -> str:
     lines = [f"### {op}", ""]
     lines += [f"![{p}]({p})" for p in plots]
     rows, defaulted, noisy = [], False, False
