@@ -198,3 +198,30 @@ frd_softmax_ce_grad(const float* __restrict__ logits, const int* __restrict__ la
     }
 }
 #endif
+
+// Label check on the device, so device labels need no copy to the host and no synchronisation:
+// block g writes, to slot g of a host-mapped buffer, the first flat position in its range whose
+// label is outside [-1, N_ATOMS) and that label (position -1 when none). One writer per slot;
+// the host takes the first slot holding a position.
+#define CHECK_BLOCK 256
+#define NO_BAD 0x7fffffff
+extern "C" __global__ void __launch_bounds__(CHECK_BLOCK)
+frd_check_labels(const int* __restrict__ labels, int* __restrict__ first_bad, int n, int per_block) {
+    __shared__ int pos[CHECK_BLOCK];
+    const int begin = blockIdx.x * per_block;
+    const int end = min(begin + per_block, n);
+    int mine = NO_BAD;
+    for (int i = begin + threadIdx.x; i < end && mine == NO_BAD; i += CHECK_BLOCK)
+        if (label_bad(labels[i])) mine = i;
+    pos[threadIdx.x] = mine;
+    __syncthreads();
+    for (int s = CHECK_BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) pos[threadIdx.x] = min(pos[threadIdx.x], pos[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const int at = pos[0];
+        first_bad[2 * blockIdx.x] = at == NO_BAD ? -1 : at;
+        first_bad[2 * blockIdx.x + 1] = at == NO_BAD ? 0 : labels[at];
+    }
+}

@@ -7,6 +7,7 @@ Importing needs no GPU (PyCUDA is imported when the first op is constructed):
     ctx, attn = pool.forward(q_h, ln)
 """
 from .core.compile import LaunchError
+from .core.deferred import synchronize
 from .core.device import GpuUnavailableError, gpu_available
 from .ops.frd import FrdSoftmaxCE
 from .ops.gate import AlphaGate
@@ -17,4 +18,4 @@ from .ops.residual import PerHorizonResidual
 __version__ = "0.1.0"
 __all__ = ["AlphaGate", "FrdSoftmaxCE", "GpuUnavailableError", "LaunchError",
            "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "gpu_available",
-           "reduce_axis0", "__version__"]
+           "reduce_axis0", "synchronize", "__version__"]

@@ -47,10 +47,30 @@ def test_bad_labels_raise_naming_the_first_position():
     labels[2, 3], labels[3, 0] = 21, -2
     with pytest.raises(ValueError, match=r"labels\[2, 3\] = 21 is outside \[-1, 21\)"):
         frd.softmax_ce_grad(logits, labels)
-    with pytest.raises(ValueError, match=r"labels\[2, 3\] = 21"):
-        frd.softmax_ce_grad(logits, gpuarray.to_gpu(labels))
+    grad, ce = frd.softmax_ce_grad(logits, gpuarray.to_gpu(labels))  # checked on the device
+    with pytest.raises(ValueError, match=r"device labels\[2, 3\] = 21"):
+        ph.synchronize()
+    assert np.isnan(ce.get()[2, 3]) and np.isnan(grad.get()[2, 3]).all()
     with pytest.raises(TypeError, match="labels: expected dtype int32, got int64"):
         frd.softmax_ce_grad(logits, labels.astype(np.int64))
+
+
+def test_device_label_check_names_the_first_bad_position_at_the_next_call():
+    import pycuda.gpuarray as gpuarray
+    frd = ph.FrdSoftmaxCE(5, 21)
+    b = 6000  # 30000 rows: several check blocks; the bad labels sit in different ones
+    labels = np.random.default_rng(3).integers(-1, 21, size=(b, 5)).astype(np.int32)
+    labels[2500, 4], labels[5999, 0] = 30, -7
+    logits = np.random.default_rng(4).standard_normal((b, 5, 21)).astype(F32)
+    frd.softmax_ce_grad(logits, gpuarray.to_gpu(labels))
+    # No wait here: the tests synchronise after each launch (conftest), so the next call finds
+    # the check finished and raises.
+    with pytest.raises(ValueError, match=r"device labels\[2500, 4\] = 30"):
+        frd.softmax_ce_grad(logits, gpuarray.to_gpu(np.zeros((b, 5), np.int32)))
+    labels[2500, 4], labels[5999, 0] = 3, 4
+    grad, _ = frd.softmax_ce_grad(logits, gpuarray.to_gpu(labels))
+    ph.synchronize()  # good labels: nothing raised, and the context is still usable
+    assert np.isfinite(grad.get()).all()
 
 
 def test_unchecked_bad_labels_give_nan_rows_not_garbage():

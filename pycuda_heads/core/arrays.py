@@ -4,6 +4,7 @@ Every check runs before anything is launched and names the argument, expected an
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, Iterator, MutableMapping, Sequence
 
 import numpy as np
@@ -11,13 +12,15 @@ import numpy as np
 from .device import allocator, cuda
 
 
+@lru_cache(maxsize=None)
 def _gpuarray() -> Any:
     cuda()
     import pycuda.gpuarray as gpuarray
     return gpuarray
 
 
-def _c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+@lru_cache(maxsize=4096)
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides, step = [], itemsize
     for n in reversed(shape):
         strides.append(step)
@@ -25,9 +28,43 @@ def _c_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+@lru_cache(maxsize=4096)
+def _array_fields(shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
+    """Every attribute of a GPUArray of this shape and dtype but its memory, from one built
+    by PyCUDA's own constructor: a small call then wraps memory without re-deriving them."""
+    fields = dict(vars(_gpuarray().GPUArray(shape, dtype, gpudata=0)))
+    del fields["gpudata"], fields["base"]
+    return fields
+
+
+def wrap(shape: tuple[int, ...], dtype: np.dtype, gpudata: Any, base: Any = None) -> Any:
+    """A C-contiguous GPUArray over ``gpudata`` (an allocation or a raw pointer); ``base``
+    keeps the owner of borrowed memory alive."""
+    arr = object.__new__(_gpuarray().GPUArray)
+    arr.__dict__.update(_array_fields(shape, dtype))
+    arr.gpudata, arr.base = gpudata, base
+    return arr
+
+
+def view(arr: Any, shape: tuple[int, ...]) -> Any:
+    """``arr`` (C-contiguous, same size) seen with another shape, sharing its memory."""
+    return wrap(shape, arr.dtype, arr.gpudata, arr)
+
+
 def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
                 dims: MutableMapping[str, int]) -> None:
     """Bind named axes (B, K, ...) on first sight; later arguments must agree with them."""
+    if len(shape) != len(axes):
+        _shape_error(name, shape, axes, dims)
+    for label, n in zip(axes, shape):
+        bound = dims.setdefault(label, n)
+        if n < 1 or bound != n:
+            _shape_error(name, shape, axes, dims)
+
+
+def _shape_error(name: str, shape: Sequence[int], axes: Sequence[str],
+                 dims: MutableMapping[str, int]) -> None:
+    """Raise the ValueError that says what is wrong with ``shape`` (the slow, rare path)."""
     shape = tuple(int(n) for n in shape)
     spelled = "(" + ", ".join(axes) + ")"
     if len(shape) != len(axes):
@@ -35,40 +72,47 @@ def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
     for axis, (label, n) in enumerate(zip(axes, shape)):
         if n < 1:
             raise ValueError(f"{name}: axis {axis} ({label}) must be >= 1, got shape {shape}")
-        if label in dims and dims[label] != n:
+        if dims[label] != n:
             want = tuple(dims.get(a, "?") for a in axes)
             raise ValueError(f"{name}: expected shape {spelled} = {want}, got {shape} "
                              f"({label} is {dims[label]}, axis {axis} has {n})")
-        dims[label] = n
+
+
+_F32 = np.dtype(np.float32)
 
 
 def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, int],
               dtype: type = np.float32) -> Any:
     """``x`` as a C-contiguous GPUArray of ``dtype`` whose shape matches ``axes``."""
-    dtype = np.dtype(dtype)
+    dtype = _F32 if dtype is np.float32 else np.dtype(dtype)
     gpuarray = _gpuarray()
-    if isinstance(x, gpuarray.GPUArray):
-        _check_meta(name, x.dtype, x.shape, x.flags.c_contiguous, dtype, axes, dims)
-        arr = x
-    elif hasattr(x, "__cuda_array_interface__"):
+    if type(x) is gpuarray.GPUArray:  # the common case, checked without building anything
+        shape = x.shape
+        _check_meta(name, x.dtype, shape,
+                    x.strides == _c_strides(shape, x.dtype.itemsize), dtype, axes, dims)
+        return x
+    if hasattr(x, "__cuda_array_interface__"):
         cai = x.__cuda_array_interface__
         shape = tuple(cai["shape"])
         got = np.dtype(cai["typestr"])
         strides = cai.get("strides")
         contiguous = strides is None or tuple(strides) == _c_strides(shape, got.itemsize)
         _check_meta(name, got, shape, contiguous, dtype, axes, dims)
-        arr = gpuarray.GPUArray(shape, dtype, gpudata=int(cai["data"][0]), base=x)
-    elif isinstance(x, np.ndarray):
+        return wrap(shape, dtype, int(cai["data"][0]), x)
+    if isinstance(x, gpuarray.GPUArray):
         _check_meta(name, x.dtype, x.shape, x.flags.c_contiguous, dtype, axes, dims)
-        arr = gpuarray.to_gpu(x, allocator=allocator())
-    else:
-        raise TypeError(f"{name}: expected a NumPy array, a PyCUDA GPUArray or an object with "
-                        f"__cuda_array_interface__, got {type(x).__name__}")
-    return arr
+        return x
+    if isinstance(x, np.ndarray):
+        _check_meta(name, x.dtype, x.shape, x.flags.c_contiguous, dtype, axes, dims)
+        return gpuarray.to_gpu(x, allocator=allocator())
+    raise TypeError(f"{name}: expected a NumPy array, a PyCUDA GPUArray or an object with "
+                    f"__cuda_array_interface__, got {type(x).__name__}")
 
 
 def check_aligned(vec: int, **arrays: Any) -> None:
     """Vector loads of ``vec`` floats need 4*vec-byte aligned base pointers."""
+    if vec == 1:
+        return
     for name, arr in arrays.items():
         if int(arr.gpudata) % (4 * vec):
             raise ValueError(f"{name}: device pointer {int(arr.gpudata):#x} is not {4 * vec}-byte "
@@ -78,7 +122,7 @@ def check_aligned(vec: int, **arrays: Any) -> None:
 
 def _check_meta(name: str, got_dtype: Any, shape: Sequence[int], contiguous: bool,
                 dtype: np.dtype, axes: Sequence[str], dims: MutableMapping[str, int]) -> None:
-    if np.dtype(got_dtype) != dtype:
+    if got_dtype != dtype:
         raise TypeError(f"{name}: expected dtype {dtype}, got {np.dtype(got_dtype)}")
     if not contiguous:
         raise ValueError(f"{name}: expected a C-contiguous array, got a strided view of shape "
@@ -100,9 +144,13 @@ def poisoned_outputs() -> Iterator[None]:
         _POISON[0] = False
 
 
-def empty(shape: Sequence[int], dtype: type = np.float32) -> Any:
+def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     """A pooled, uninitialised device array (NaN-filled inside ``poisoned_outputs``)."""
-    arr = _gpuarray().empty(tuple(int(n) for n in shape), dtype, allocator=allocator())
+    dtype = _F32 if dtype is np.float32 else np.dtype(dtype)
+    if type(shape) is not tuple:
+        shape = tuple(int(n) for n in shape)
+    fields = _array_fields(shape, dtype)
+    arr = wrap(shape, dtype, allocator()(fields["nbytes"]) if fields["nbytes"] else None)
     if _POISON[0]:
         arr.fill(np.float32(np.nan))
     return arr

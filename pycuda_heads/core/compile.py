@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from .device import cuda
 from .source import arg_types, render, variant_hash
@@ -60,26 +61,57 @@ class Kernel:
 
     def __init__(self, family: str, entry: str, constants: Mapping[str, Any],
                  source_dir: Path | None = None):
+        from pycuda._pvt_struct import pack
         self.name = entry
         self.constants = dict(constants)
         source = render(family, constants, source_dir)
         self.function = _module(source).get_function(entry)
         self.function.prepare(arg_types(source, entry))
+        self._pack, self._format = pack, self.function.arg_format
+        self._launch = self.function._launch_kernel
         self._shared_optin = STATIC_SHARED_LIMIT
         self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
 
-    def __call__(self, grid: Sequence[int], block: Sequence[int], *args: Any,
-                 shared: int = 0) -> None:
-        drv = cuda()
-        grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
+    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], *args: Any,
+                 shared: int = 0, stream: Any = None) -> None:
+        """Launch on ``stream`` (a pycuda Stream; None: the legacy default stream). The
+        arguments are packed by the prepared format and handed to the driver directly: this
+        is the whole host cost of a launch beyond the driver's own."""
         try:
             if shared > self._shared_optin:
                 self.function.set_attribute(
-                    drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared))
+                    cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared))
                 self._shared_optin = shared
-            self.function.prepared_call(grid, block, *args, shared_size=int(shared))
+            self._launch(grid, block, self._pack(self._format, *args), shared, stream)
+            if _RECORDING:
+                _RECORDING[-1].append((self, grid, block, args, shared, stream))
             if self._sync:
-                drv.Context.synchronize()
-        except drv.Error as exc:
+                cuda().Context.synchronize()
+        except cuda().Error as exc:
             raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
                               f"shared={shared} B constants={self.constants}: {exc}") from exc
+        except Exception as exc:  # a wrong argument type: name the kernel, not pack()
+            raise LaunchError(f"launch of {self.name} could not be made: grid={grid} "
+                              f"block={block} shared={shared} B args={args}: {exc}") from exc
+
+    def bare(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
+             shared: int, stream: Any) -> None:
+        """The same launch through PyCUDA's plain prepared call: the yardstick of host cost."""
+        if stream is None:
+            self.function.prepared_call(grid, block, *args, shared_size=shared)
+        else:
+            self.function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
+
+
+_RECORDING: list[list[tuple]] = []
+
+
+@contextmanager
+def recorded_launches() -> Iterator[list[tuple]]:
+    """Collect every launch made inside the block as (kernel, grid, block, args, shared,
+    stream), so the same launches can be replayed bare."""
+    _RECORDING.append([])
+    try:
+        yield _RECORDING[-1]
+    finally:
+        _RECORDING.pop()

@@ -49,37 +49,42 @@ class Op:
         device.cuda()
         self._slug = device.gpu_slug()
         self._max_shared = device.max_shared_bytes()
-        self._resolved: dict[tuple, tuple[dict[str, Any], str]] = {}
+        self._resolved: dict[tuple, dict[str, Any]] = {}
+        self._kernels: dict[tuple, Kernel] = {}
         #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
         self.chosen: dict[str, dict[str, Any]] = {}
 
     def launch_params(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
         """Launch parameters for ``role`` at ``shape``; raises ValueError when no valid choice
-        can run this shape (for example K beyond the shared memory of the device)."""
-        key = (role, tuple(sorted(shape.items())))
+        can run this shape (for example K beyond the shared memory of the device). Resolved
+        once per shape; a repeat call is a dictionary lookup."""
+        key = (role, *shape.items())
         hit = self._resolved.get(key)
         if hit is None:
-            space = self.SPACES[role]
-            if role in self._user:
-                params, source = self._user[role], "user"
-            else:
-                tuned, source = lookup(space.kernel, self.template, shape, self._slug)
-                params = space.complete(tuned) if tuned else dict(space.default)
-                if tuned and self._violated(space, params, shape):
-                    params, source = dict(space.default), f"default (tuned entry cannot run {dict(shape)})"
-                if not tuned or source.startswith("default"):
-                    params = self._nearest_valid(space, params, shape)
-            reason = self._violated(space, params, shape)
-            if reason:
-                need = space.shared_bytes(params, {**self.template, **shape}) if space.shared_bytes else 0
-                raise ValueError(f"{type(self).__name__}.{role}: shape {dict(shape)} cannot run with "
-                                 f"{params} ({source}): restriction {reason!r} fails"
-                                 + (f" (needs {need} B shared memory, device allows "
-                                    f"{self._max_shared} B)" if "SHARED" in reason else ""))
-            log.debug("%s.%s %s: %s", type(self).__name__, role, dict(shape), source)
-            hit = self._resolved[key] = (params, source)
-        self.chosen[role] = {"params": hit[0], "source": hit[1]}
-        return hit[0]
+            hit = self._resolved[key] = self._resolve(role, shape)
+        self.chosen[role] = hit
+        return hit["params"]
+
+    def _resolve(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
+        space = self.SPACES[role]
+        if role in self._user:
+            params, source = self._user[role], "user"
+        else:
+            tuned, source = lookup(space.kernel, self.template, shape, self._slug)
+            params = space.complete(tuned) if tuned else dict(space.default)
+            if tuned and self._violated(space, params, shape):
+                params, source = dict(space.default), f"default (tuned entry cannot run {dict(shape)})"
+            if not tuned or source.startswith("default"):
+                params = self._nearest_valid(space, params, shape)
+        reason = self._violated(space, params, shape)
+        if reason:
+            need = space.shared_bytes(params, {**self.template, **shape}) if space.shared_bytes else 0
+            raise ValueError(f"{type(self).__name__}.{role}: shape {dict(shape)} cannot run with "
+                             f"{params} ({source}): restriction {reason!r} fails"
+                             + (f" (needs {need} B shared memory, device allows "
+                                f"{self._max_shared} B)" if "SHARED" in reason else ""))
+        log.debug("%s.%s %s: %s", type(self).__name__, role, dict(shape), source)
+        return {"params": params, "source": source}
 
     def _nearest_valid(self, space: KernelSpace, params: dict[str, Any],
                        shape: Mapping[str, int]) -> dict[str, Any]:
@@ -98,5 +103,9 @@ class Op:
                               {**shape, "MAX_SHARED_BYTES": self._max_shared})
 
     def kernel(self, role: str, params: Mapping[str, Any]) -> Kernel:
-        return get_kernel(self.FAMILY, f"{self.FAMILY}_{role}", {**self.template, **params},
-                          self.SOURCE_DIR)
+        key = (role, *params.items())
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = get_kernel(self.FAMILY, f"{self.FAMILY}_{role}",
+                                                {**self.template, **params}, self.SOURCE_DIR)
+        return k

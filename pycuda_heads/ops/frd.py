@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
+from ..core import deferred
 from ..core.arrays import as_device, check_aligned, empty
 from ..core.op import Op
 from ..core.space import KernelSpace
@@ -49,25 +50,28 @@ class FrdSoftmaxCE(Op):
         super().__init__({"N_HORIZONS": n_horizons, "N_ATOMS": n_atoms}, launch)
         self.n_horizons, self.n_atoms = n_horizons, n_atoms
 
-    def softmax_ce_grad(self, logits: Any, labels: Any, *,
-                        check_labels: bool = True) -> tuple[Any, Any]:
+    def softmax_ce_grad(self, logits: Any, labels: Any, *, check_labels: bool = True,
+                        stream: Any = None) -> tuple[Any, Any]:
         """grad_logits[B, H, A] = (softmax - onehot) / B and raw per-row ce[B, H].
 
-        Labels are int32 in [-1, N_ATOMS). NumPy labels are always checked; device labels are
-        checked with a device min/max (one synchronisation) unless ``check_labels=False``, in
-        which case a bad label's row and loss come out NaN rather than plausible numbers.
+        Labels are int32 in [-1, N_ATOMS); a bad label's row and loss always come out NaN.
+        NumPy labels are checked before anything is launched. Device labels are checked on the
+        device, without a synchronisation: the ValueError naming the first bad position is
+        raised by the next ``softmax_ce_grad`` call that finds the check finished, and at the
+        latest by ``pycuda_heads.synchronize()``. ``check_labels=False`` skips that check.
         """
+        deferred.poll()
         dims = {"H": self.n_horizons, "A": self.n_atoms}
         logits = as_device(logits, "logits", ("B", "H", "A"), dims)
         host_labels = labels if isinstance(labels, np.ndarray) else None
         if host_labels is not None:
-            self._check_labels(host_labels, dims)
+            self._check_labels(host_labels)
         labels = as_device(labels, "labels", ("B", "H"), dims, dtype=np.int32)
-        if host_labels is None and check_labels:
-            self._check_device_labels(labels)
         b = dims["B"]
         rows = b * self.n_horizons
         params = self.launch_params("softmax_ce_grad", {"B": b})
+        if host_labels is None and check_labels:
+            self._check_device_labels(labels, rows, params, stream)
         grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
         args = (logits.gpudata, labels.gpudata, grad.gpudata, ce.gpudata, np.int32(rows),
                 np.float32(1.0 / b))
@@ -75,30 +79,56 @@ class FrdSoftmaxCE(Op):
             check_aligned(4, logits=logits)  # the staged copy uses float4 loads
         kernel = self.kernel("softmax_ce_grad", params)
         if params["LAYOUT"] == 0:
-            kernel((b, self.n_horizons, 1), (self.n_atoms, 1, 1), *args)
+            kernel((b, self.n_horizons, 1), (self.n_atoms, 1, 1), *args, stream=stream)
         elif params["LAYOUT"] == 2:
             per_block = params["BLOCK"] // 32 * params["CPW"] * 32  # rows per block
-            kernel((-(-rows // per_block), 1, 1), (params["BLOCK"], 1, 1), *args)
+            kernel((-(-rows // per_block), 1, 1), (params["BLOCK"], 1, 1), *args, stream=stream)
         else:
             rpb = params["BLOCK"] // params["TPR"]
             kernel((-(-rows // rpb), 1, 1), (params["BLOCK"], 1, 1), *args,
-                   shared=shared_bytes(params, self.template))
+                   shared=shared_bytes(params, self.template), stream=stream)
         return grad, ce
 
-    def _check_labels(self, labels: np.ndarray, dims: dict[str, int]) -> None:
+    def synchronize(self) -> None:
+        """Wait for the GPU and raise the error of any failed device label check."""
+        deferred.synchronize()
+
+    def _check_labels(self, labels: np.ndarray) -> None:
         if labels.dtype != np.int32:
             raise TypeError(f"labels: expected dtype int32, got {labels.dtype}")
         bad = (labels < -1) | (labels >= self.n_atoms)
         if bad.any():
-            pos = [int(i) for i in np.argwhere(bad)[0]]
-            raise ValueError(f"labels{pos} = {int(labels[tuple(pos)])} is outside "
-                             f"[-1, {self.n_atoms}) (-1 marks a horizon not realised yet)")
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(self._bad_label(pos, int(labels[pos])))
 
-    def _check_device_labels(self, labels: Any) -> None:
-        import pycuda.gpuarray as gpuarray
-        lo, hi = int(gpuarray.min(labels).get()), int(gpuarray.max(labels).get())
-        if lo < -1 or hi >= self.n_atoms:
-            self._check_labels(labels.get(), {})
+    def _bad_label(self, pos: tuple[int, ...], value: int) -> str:
+        return (f"labels{list(pos)} = {value} is outside [-1, {self.n_atoms}) (-1 marks a "
+                f"horizon not realised yet)")
+
+    def _check_device_labels(self, labels: Any, rows: int, params: Mapping[str, Any],
+                             stream: Any) -> None:
+        blocks = min(-(-rows // _CHECK_PER_BLOCK), _CHECK_MAX_BLOCKS)
+        per_block = -(-rows // blocks)
+        event, host, ptr = deferred.slots(2 * blocks)
+        self.kernel("check_labels", params)(
+            (blocks, 1, 1), (_CHECK_BLOCK, 1, 1), labels.gpudata, ptr, np.int32(rows),
+            np.int32(per_block), stream=stream)
+        h = self.n_horizons
+
+        def describe(found: np.ndarray) -> str | None:
+            for at, value in found.reshape(-1, 2):
+                if at >= 0:
+                    return "device " + self._bad_label(divmod(int(at), h), int(value))
+            return None
+
+        deferred.submit(event, host, 2 * blocks, stream, describe)
+
+
+# The device label check: CHECK_BLOCK threads (as in cu/frd.cu) per block, a few thousand labels
+# per block, and a bounded number of result slots.
+_CHECK_BLOCK = 256
+_CHECK_PER_BLOCK = 4096
+_CHECK_MAX_BLOCKS = 1024
 
 
 def draw_logits(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:

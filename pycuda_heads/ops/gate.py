@@ -40,7 +40,7 @@ class AlphaGate(Op):
         super().__init__({"N_HORIZONS": n_horizons}, launch)
         self.n_horizons = n_horizons
 
-    def forward(self, head: Any, residual: Any, alpha: Any) -> Any:
+    def forward(self, head: Any, residual: Any, alpha: Any, *, stream: Any = None) -> Any:
         """out[B, H] as a GPUArray."""
         dims = {"H": self.n_horizons}
         head = as_device(head, "head", ("B", "H"), dims)
@@ -52,10 +52,11 @@ class AlphaGate(Op):
         per_block = params["BLOCK"] * params["ITEMS"]
         self.kernel("forward", params)(
             (-(-n // per_block), 1, 1), (params["BLOCK"], 1, 1), head.gpudata,
-            residual.gpudata, alpha.gpudata, out.gpudata, np.int32(n))
+            residual.gpudata, alpha.gpudata, out.gpudata, np.int32(n), stream=stream)
         return out
 
-    def backward(self, residual: Any, alpha: Any, grad_out: Any) -> tuple[Any, Any, Any]:
+    def backward(self, residual: Any, alpha: Any, grad_out: Any, *,
+                 stream: Any = None) -> tuple[Any, Any, Any]:
         """grad_head[B, H] (grad_out itself: the gate passes it through unchanged),
         grad_residual[B, H] and grad_alpha[H]."""
         dims = {"H": self.n_horizons}
@@ -68,8 +69,8 @@ class AlphaGate(Op):
         grad_residual, scratch = empty((b, h)), empty((blocks, h))
         self.kernel("backward", params)(
             (blocks, 1, 1), (params["BLOCK"], 1, 1), residual.gpudata, alpha.gpudata,
-            grad_out.gpudata, grad_residual.gpudata, scratch.gpudata, np.int32(b))
-        return grad_out, grad_residual, reducer().sum_rows(scratch, blocks, h)
+            grad_out.gpudata, grad_residual.gpudata, scratch.gpudata, np.int32(b), stream=stream)
+        return grad_out, grad_residual, reducer().sum_rows(scratch, blocks, h, stream)
 
 
 def torch_forward(torch: Any, head: Any, residual: Any, alpha: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty
+from ..core.arrays import as_device, check_aligned, empty, view
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
@@ -69,8 +69,8 @@ class PerHorizonAttentionPool(Op):
     def _dims(self) -> dict[str, int]:
         return {"H": self.n_horizons, "D": self.hidden_dim}
 
-    def forward(self, q_h: Any, ln: Any) -> tuple[Any, Any]:
-        """ctx[B, H, D] and attn[B, H, K] as GPUArrays."""
+    def forward(self, q_h: Any, ln: Any, *, stream: Any = None) -> tuple[Any, Any]:
+        """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``)."""
         dims = self._dims()
         ln = as_device(ln, "ln", ("B", "K", "D"), dims)
         q_h = as_device(q_h, "q_h", ("H", "D"), dims)
@@ -81,11 +81,11 @@ class PerHorizonAttentionPool(Op):
         self.kernel("forward", params)(
             (b, 1, 1), (params["BLOCK"], 1, 1), q_h.gpudata, ln.gpudata, ctx.gpudata,
             attn.gpudata, np.int32(k), np.float32(self.scale),
-            shared=forward_shared_bytes(params, {**self.template, "K": k}))
+            shared=forward_shared_bytes(params, {**self.template, "K": k}), stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *,
-                 grad_attn: Any = None) -> tuple[Any, Any]:
+                 grad_attn: Any = None, stream: Any = None) -> tuple[Any, Any]:
         """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero)."""
         dims = self._dims()
         ln = as_device(ln, "ln", ("B", "K", "D"), dims)
@@ -102,8 +102,8 @@ class PerHorizonAttentionPool(Op):
             (b, 1, 1), (params["BLOCK"], 1, 1), q_h.gpudata, ln.gpudata, attn.gpudata,
             grad_ctx.gpudata, np.intp(0) if grad_attn is None else grad_attn.gpudata,
             grad_ln.gpudata, scratch.gpudata, np.int32(k), np.float32(self.scale),
-            shared=backward_shared_bytes(params, {**self.template, "K": k}))
-        return reducer().sum_rows(scratch, b, h * d).reshape(h, d), grad_ln
+            shared=backward_shared_bytes(params, {**self.template, "K": k}), stream=stream)
+        return view(reducer().sum_rows(scratch, b, h * d, stream), (h, d)), grad_ln
 
 
 

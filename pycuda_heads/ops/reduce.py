@@ -30,13 +30,13 @@ class ReduceAxis0(Op):
     def __init__(self, launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({}, launch)
 
-    def axis0(self, x: Any) -> Any:
+    def axis0(self, x: Any, *, stream: Any = None) -> Any:
         """``y[m] = sum_n x[n, m]`` of a float32 [N, M] array; a GPUArray [M]."""
         dims: dict[str, int] = {}
         x = as_device(x, "x", ("N", "M"), dims)
-        return self.sum_rows(x, dims["N"], dims["M"])
+        return self.sum_rows(x, dims["N"], dims["M"], stream)
 
-    def sum_rows(self, x: Any, n: int, m: int) -> Any:
+    def sum_rows(self, x: Any, n: int, m: int, stream: Any = None) -> Any:
         """Column sums of the device buffer ``x`` viewed as [n, m]; returns a GPUArray [m]."""
         params = self.launch_params("axis0", {"N": n, "M": m})
         kernel = self.kernel("axis0", params)
@@ -44,11 +44,11 @@ class ReduceAxis0(Op):
         src, rows = x, n
         while True:
             splits = -(-rows // rows_per_split)
-            dst = empty((splits, m))
+            dst = empty((m,) if splits == 1 else (splits, m))
             kernel((-(-m // tx), splits, 1), (tx, ty, 1), src.gpudata, dst.gpudata,
-                   np.int32(rows), np.int32(m), np.int32(rows_per_split))
+                   np.int32(rows), np.int32(m), np.int32(rows_per_split), stream=stream)
             if splits == 1:
-                return dst.reshape(m)
+                return dst
             src, rows = dst, splits
 
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty
+from ..core.arrays import as_device, check_aligned, empty, view
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -44,7 +44,7 @@ class PerHorizonResidual(Op):
     def _dims(self) -> dict[str, int]:
         return {"H": self.n_horizons, "D": self.hidden_dim}
 
-    def forward(self, ctx: Any, w_res: Any, bias_res: Any) -> Any:
+    def forward(self, ctx: Any, w_res: Any, bias_res: Any, *, stream: Any = None) -> Any:
         """residual[B, H] as a GPUArray."""
         dims = self._dims()
         ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
@@ -56,11 +56,12 @@ class PerHorizonResidual(Op):
         out = empty((b, self.n_horizons))
         self.kernel("forward", params)(
             (-(-b // params["ROWS"]), 1, 1), (params["BLOCK"], 1, 1),
-            ctx.gpudata, w_res.gpudata, bias_res.gpudata, out.gpudata, np.int32(b))
+            ctx.gpudata, w_res.gpudata, bias_res.gpudata, out.gpudata, np.int32(b),
+            stream=stream)
         return out
 
     def backward(self, ctx: Any, w_res: Any, grad_residual: Any, *, out: Any = None,
-                 accumulate: bool = False) -> tuple[Any, Any, Any]:
+                 accumulate: bool = False, stream: Any = None) -> tuple[Any, Any, Any]:
         """grad_w_res[H, D], grad_bias_res[H], grad_ctx[B, H, D].
 
         ``out`` (a GPUArray [B, H, D]) receives grad_ctx in place; with ``accumulate=True`` the
@@ -88,9 +89,10 @@ class PerHorizonResidual(Op):
         self.kernel("backward", params)(
             (blocks, 1, 1), (params["BLOCK"], 1, 1), ctx.gpudata, w_res.gpudata,
             grad_residual.gpudata, gw.gpudata, gb.gpudata, out.gpudata, np.int32(b),
-            np.int32(bool(accumulate)))
+            np.int32(bool(accumulate)), stream=stream)
         red = reducer()
-        return red.sum_rows(gw, blocks, h * d).reshape(h, d), red.sum_rows(gb, blocks, h), out
+        return (view(red.sum_rows(gw, blocks, h * d, stream), (h, d)),
+                red.sum_rows(gb, blocks, h, stream), out)
 
 
 def torch_forward(torch: Any, ctx: Any, w_res: Any, bias_res: Any) -> Any:

@@ -11,7 +11,8 @@ Providers, measured side by side in one process on one GPU:
 
 GPU time comes from ``timing.gpu_time_us``: batches of calls queued behind a spin kernel, so the
 CUDA events time the GPU's work, not the Python that enqueues it; the Python cost of a call is
-timed on the host meanwhile (``python_call_us``). Rows go to ``<out>/<gpu-slug>/bench.csv``.
+timed on the host meanwhile (``python_call_us``), beside the host cost of the same kernel
+launches made bare (``bare_launch_us``). Rows go to ``<out>/<gpu-slug>/bench.csv``.
 A measurement whose p80/p20 spread exceeds ``records.NOISY_SPREAD`` is taken again; a second
 noisy one is kept and flagged in the ``noisy`` column.
 """
@@ -33,6 +34,7 @@ import numpy as np
 from .. import __version__, records
 from ..catalog import SUITE_TEMPLATE, BenchCase, Catalog, catalog
 from ..core import device
+from ..core.compile import recorded_launches
 from ..core.spec import KernelSpec
 from . import timing
 
@@ -42,7 +44,7 @@ LIBRARY = ("tuned", "default")
 PEERS = ("torch_eager", "torch_compile")
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
-           "reps", "python_call_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
+           "reps", "python_call_us", "bare_launch_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
            "noisy", "config", "error")
 
 
@@ -287,6 +289,8 @@ class Bench:
                     result = self._measure(fn, f"{op} {label} {case.pass_} {provider}")
                     if provider in LIBRARY:
                         extra["config"] = self._config(op, provider, case)
+                        if "error" not in result:
+                            extra["bare_launch_us"] = self._bare_launch_us(fn)
                     single = len(case.kernels) == 1
                     if provider == "tuned" and single and "error" not in result:
                         reference = _as_tuple(fn())
@@ -295,6 +299,21 @@ class Bench:
                 rows.append(self._row(op, label, case.pass_, provider, result, **extra))
                 bar.update()
         return rows
+
+    def _bare_launch_us(self, fn: Callable[[], Any]) -> float | None:
+        """Host cost of the same launches as one call of ``fn``, made by PyCUDA's plain
+        prepared call with every argument ready: what the call's own Python adds is its
+        python_call_us minus this."""
+        with recorded_launches() as launches:
+            fn()
+        self.harness.sync()
+        if not launches:
+            return None
+
+        def bare() -> None:
+            for kernel, *launch in launches:
+                kernel.bare(*launch)
+        return self.harness.time(bare, max(self.reps // 3, 5))["python_call_us"]
 
     def _config(self, op: str, provider: str, case: BenchCase) -> str:
         """The launch parameters this pass's kernels ran with, and where they came from."""

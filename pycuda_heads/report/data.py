@@ -20,7 +20,8 @@ from ..records import (
     dims_label,
 )
 
-NUMERIC = ("median_us", "p20_us", "p80_us", "reps", "python_call_us", "floor_bytes",
+NUMERIC = ("median_us", "p20_us", "p80_us", "reps", "python_call_us", "bare_launch_us",
+           "floor_bytes",
            "copy_bandwidth_GBps", "max_rel_err")
 
 
@@ -140,6 +141,7 @@ PASS_ORDER = ("forward", "backward", FWD_BWD)
 FLOOR_GOAL = 0.75     # largest shapes, fwd+bwd: fraction of the copy-bandwidth floor
 COMPILE_GOAL = 5.0    # largest shapes, fwd+bwd: speed-up over torch.compile
 EMPTY_GOAL = 2.0      # smallest shapes: GPU time over one empty kernel launch
+HOST_GOAL = 2.0       # smallest shapes: host cost of a call over that of its bare launches
 
 
 def shape_text(shape: Any) -> str:
@@ -292,6 +294,19 @@ def _empty_target(case: BenchResult, empty_us: float | None) -> Target:
                   f"(needs <= {EMPTY_GOAL * empty_us:.1f} us)")
 
 
+def _host_target(case: BenchResult) -> Target:
+    row = case.rows.get("tuned") or {}
+    call, bare = case.call_us("tuned"), row.get("bare_launch_us")
+    if call is None or not bare:
+        return Target("host", case, None, None, "no bare-launch measurement in this run"
+                      if call is not None else _why_unmeasured(case, ("tuned",)))
+    r = call / bare
+    detail = f"{call:.1f} us per call, {r:.2f}x its bare launches ({bare:.1f} us)"
+    if r <= HOST_GOAL:
+        return Target("host", case, r, True, detail)
+    return Target("host", case, r, False, f"{detail}: needs <= {HOST_GOAL * bare:.1f} us")
+
+
 def _why_unmeasured(case: BenchResult, providers: Sequence[str]) -> str:
     reasons = []
     for p in providers:
@@ -303,7 +318,7 @@ def _why_unmeasured(case: BenchResult, providers: Sequence[str]) -> str:
 
 def targets(all_cases: Sequence[BenchResult], empty_us: float | None) -> list[Target]:
     """Every target of every op: the two largest-shape goals on fwd+bwd, then the small-shape
-    goal on every pass of the smallest shape."""
+    goals: GPU time on every pass, host cost on each kernel pass (FRD's one fused pass)."""
     out: list[Target] = []
     for op in ops(all_cases):
         for case in extreme_cases(all_cases, op, largest=True):
@@ -311,4 +326,7 @@ def targets(all_cases: Sequence[BenchResult], empty_us: float | None) -> list[Ta
                 out += [_floor_target(case), _compile_target(case)]
     for op in ops(all_cases):
         out += [_empty_target(c, empty_us) for c in extreme_cases(all_cases, op, largest=False)]
+    for op in ops(all_cases):
+        out += [_host_target(c) for c in extreme_cases(all_cases, op, largest=False)
+                if c.pass_ != FWD_BWD or op == "frd"]
     return out

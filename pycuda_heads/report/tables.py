@@ -10,6 +10,7 @@ from .data import (
     COMPILE_GOAL,
     EMPTY_GOAL,
     FLOOR_GOAL,
+    HOST_GOAL,
     LABELS,
     BenchResult,
     ReportData,
@@ -193,7 +194,9 @@ def targets(found: Sequence[Target], empty_us: float | None) -> str:
               ("compile", f"Largest shapes, forward + backward: at least {COMPILE_GOAL:.0f}x "
                           "faster than torch.compile", "speed-up", speedup),
               ("empty", f"Smallest shapes: GPU time within {EMPTY_GOAL:.0f}x of an empty kernel "
-                        f"launch ({us(empty_us)} us)", "time / empty launch", times))
+                        f"launch ({us(empty_us)} us)", "time / empty launch", times),
+              ("host", f"Smallest shapes: host cost per call within {HOST_GOAL:.0f}x of its "
+                       "bare kernel launches", "call / bare launches", times))
     for goal, title, column, fmt in groups:
         mine = [t for t in found if t.goal == goal]
         if mine:
@@ -215,7 +218,9 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
         row = c.rows.get("tuned") or {}
         spread = (f"{us(row.get('p20_us'))}–{us(row.get('p80_us'))}"
                   if c.time("tuned") is not None else "–")
-        calls = " / ".join(us(c.call_us(p)) for p in ("tuned", "torch_eager", "torch_compile"))
+        calls = " / ".join(us(v) for v in (c.call_us("tuned"),
+                                            (c.rows.get("tuned") or {}).get("bare_launch_us"),
+                                            c.call_us("torch_eager"), c.call_us("torch_compile")))
         rows.append((c.shape, c.pass_, tuned, spread, _time_cell(c, "default"),
                      _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
                      us(c.time("floor")), percent(c.floor_fraction),
@@ -225,7 +230,8 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
     lines += ["", table(("shape", "pass", "tuned us", "tuned p20–p80", "default us",
                          "torch eager us", "torch.compile us", "floor us", "of the floor",
                          "vs torch eager", "vs torch.compile", "tuned vs default",
-                         "Python call us (tuned / eager / compile)"), rows), ""]
+                         "host us per call (tuned / its bare launches / eager / compile)"),
+                        rows), ""]
     if defaulted:
         lines += ["\\* no tuned entry applied: the tuned provider ran the default launch "
                   "parameters.", ""]
@@ -338,8 +344,9 @@ METHOD = """## How the numbers are made
   non-zero inputs that are already on the GPU. Each call is queued behind a spin kernel, so the
   CUDA events around it time the GPU work of the call (all its kernels, back to back) and not the
   Python that enqueues it. Inputs of the small shapes stay in the L2 cache between calls.
-- **Python call**: host time of one call, timed while the GPU is busy, so it is the cost of the
-  Python and the launches alone.
+- **host us per call**: host time of one call, timed while the GPU is busy, so it is the cost
+  of the Python and the launches alone; **its bare launches** is the host time of the same
+  kernel launches made through PyCUDA's plain prepared call with every argument ready.
 - **floor**: the bytes the pass must move (each input read once, each output written once) over
   the device-to-device copy bandwidth measured in the same run. forward + backward is the sum of
   the two passes, since the rest of the network runs between them.

@@ -1,0 +1,62 @@
+"""Checks the GPU makes on device data, read by the host without a synchronisation.
+
+A check kernel writes its findings into host-mapped pinned memory and an event marks its end.
+The findings are read once that event has completed: by the next check of the same kind
+(``poll``), or at the latest by ``synchronize`` (which waits). A failure raises there, naming what
+was wrong; meanwhile the op's outputs at the bad positions hold NaN, never plausible numbers.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+
+from .device import cuda
+
+#: (event, host slots, how many slots were written, describe(slots) -> error text or None)
+_PENDING: deque[tuple[Any, np.ndarray, int, Callable[[np.ndarray], str | None]]] = deque()
+_FREE: list[tuple[Any, np.ndarray]] = []
+
+
+def slots(n: int) -> tuple[Any, np.ndarray, Any]:
+    """(event, host int32 buffer of at least ``n`` entries, its device pointer) for one check."""
+    drv = cuda()
+    for i, (event, host) in enumerate(_FREE):
+        if host.size >= n:
+            del _FREE[i]
+            break
+    else:
+        event = drv.Event(drv.event_flags.DISABLE_TIMING)
+        host = drv.pagelocked_empty(max(n, 2048), np.int32,
+                                    mem_flags=drv.host_alloc_flags.DEVICEMAP)
+    return event, host, np.intp(host.base.get_device_pointer())
+
+
+def submit(event: Any, host: np.ndarray, n: int, stream: Any,
+           describe: Callable[[np.ndarray], str | None]) -> None:
+    """The check kernel is enqueued on ``stream``: mark its end and keep it for reading."""
+    event.record(stream)
+    _PENDING.append((event, host, n, describe))
+
+
+def poll(wait: bool = False) -> None:
+    """Read every finished check in launch order (with ``wait``, every check); raise ValueError
+    for the first that failed."""
+    while _PENDING:
+        event, host, n, describe = _PENDING[0]
+        if wait:
+            event.synchronize()
+        elif not event.query():
+            return
+        _PENDING.popleft()
+        error = describe(host[:n])
+        _FREE.append((event, host))
+        if error:
+            raise ValueError(error)
+
+
+def synchronize() -> None:
+    """Wait for the GPU, then raise any failed device-side check."""
+    cuda().Context.synchronize()
+    poll(wait=True)
