@@ -86,10 +86,16 @@ def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, 
     """``x`` as a C-contiguous GPUArray of ``dtype`` whose shape matches ``axes``."""
     dtype = _F32 if dtype is np.float32 else np.dtype(dtype)
     gpuarray = _gpuarray()
-    if type(x) is gpuarray.GPUArray:  # the common case, checked without building anything
+    if type(x) is gpuarray.GPUArray:  # the common case: checked inline, nothing built
         shape = x.shape
-        _check_meta(name, x.dtype, shape,
-                    x.strides == _c_strides(shape, x.dtype.itemsize), dtype, axes, dims)
+        if x.dtype == dtype and x.strides == _c_strides(shape, dtype.itemsize) \
+                and len(shape) == len(axes):
+            for label, n in zip(axes, shape):
+                if dims.setdefault(label, n) != n or n < 1:
+                    _shape_error(name, shape, axes, dims)
+            return x
+        _check_meta(name, x.dtype, shape, x.strides == _c_strides(shape, x.dtype.itemsize),
+                    dtype, axes, dims)
         return x
     if hasattr(x, "__cuda_array_interface__"):
         cai = x.__cuda_array_interface__
@@ -150,7 +156,10 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     if type(shape) is not tuple:
         shape = tuple(int(n) for n in shape)
     fields = _array_fields(shape, dtype)
-    arr = wrap(shape, dtype, allocator()(fields["nbytes"]) if fields["nbytes"] else None)
+    arr = object.__new__(_gpuarray().GPUArray)
+    arr.__dict__.update(fields)
+    arr.gpudata = allocator()(fields["nbytes"]) if fields["nbytes"] else None
+    arr.base = None
     if _POISON[0]:
         arr.fill(np.float32(np.nan))
     return arr

@@ -45,8 +45,14 @@ def memory_pool() -> Any:
     return DeviceMemoryPool()
 
 
+_ALLOCATE: list[Any] = []
+
+
 def allocator() -> Any:
-    return memory_pool().allocate
+    """The pool's allocate method (looked up once: it is on every call's path)."""
+    if not _ALLOCATE:
+        _ALLOCATE.append(memory_pool().allocate)
+    return _ALLOCATE[0]
 
 
 def gpu_name() -> str:

@@ -116,10 +116,11 @@ class FrdSoftmaxCE(Op):
         h = self.n_horizons
 
         def describe(found: np.ndarray) -> str | None:
-            for at, value in found.reshape(-1, 2):
-                if at >= 0:
-                    return "device " + self._bad_label(divmod(int(at), h), int(value))
-            return None
+            first = found[0::2].tolist()
+            if max(first) < 0:
+                return None
+            i = next(i for i, at in enumerate(first) if at >= 0)
+            return "device " + self._bad_label(divmod(first[i], h), int(found[2 * i + 1]))
 
         deferred.submit(event, host, 2 * blocks, stream, describe)
 
