@@ -375,6 +375,25 @@ def test_time_plot_axis_spans_the_times_not_the_floor(reports: Path, monkeypatch
     assert lines["tuned"].get_zorder() > lines["default"].get_zorder()
 
 
+def test_head_step_section_compares_the_graph_with_torch() -> None:
+    from pycuda_heads.report import data, tables
+    times = {"library_eager": 60.0, "library_graph": 20.0, "torch_eager": 1500.0,
+             "torch_compile": 1200.0, "torch_compile_ro": 150.0}
+    rows = [{"op": "step", "shape": "B=2,K=8", "pass": "fwd+bwd", "provider": p,
+             "median_us": v} for p, v in times.items()]
+    rows.append({"op": "step", "shape": "B=256,K=64", "pass": "fwd+bwd",
+                 "provider": "library_graph", "error": "RuntimeError: x"})
+    section = tables.step(data.step_results(rows))
+    cells = table_row(section, "B=2,K=8")
+    assert cells[1:6] == ["60.0", "20.0", "1500", "1200", "150"]
+    assert cells[6:] == ["75.00x", "7.50x"]
+    assert "**missed**: 7.50x faster" in table_row(section, "B=2,K=8",
+                                                   "graph vs torch.compile reduce-overhead")[-1]
+    assert table_row(section, "B=2,K=8", "graph vs torch eager")[-1] == "met: 75.00x faster"
+    assert "failed: library, CUDA graph at B=256,K=64: `RuntimeError: x`" in section
+    assert [c.op for c in data.cases(rows)] == []  # not mixed into the kernel ops' sections
+
+
 def test_report_cli_writes_every_gpu_and_the_index(reports: Path) -> None:
     parser = argparse.ArgumentParser()
     report.register(parser.add_subparsers())

@@ -158,8 +158,68 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     fields = _array_fields(shape, dtype)
     arr = object.__new__(_gpuarray().GPUArray)
     arr.__dict__.update(fields)
-    arr.gpudata = allocator()(fields["nbytes"]) if fields["nbytes"] else None
+    nbytes = fields["nbytes"]
+    arr.gpudata = (_ARENA[-1].allocate(nbytes) if _ARENA else allocator()(nbytes)) \
+        if nbytes else None
     arr.base = None
     if _POISON[0]:
         arr.fill(np.float32(np.nan))
     return arr
+
+
+class Arena:
+    """One device buffer that serves a fixed sequence of allocations at fixed addresses.
+
+    The first pass through a piece of code (``measuring``) takes its memory from the pool and
+    records the sizes; ``reserve`` then lays them out in one buffer, and every later pass gets
+    the same addresses in the same order. A CUDA graph captured from such a pass replays
+    correctly: nothing it touches moves, and nothing is allocated while it is captured.
+    """
+
+    _ALIGN = 256
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.offsets: list[int] = []
+        self.buffer: Any = None
+        self._next = 0
+
+    @property
+    def measuring(self) -> bool:
+        return self.buffer is None
+
+    def reserve(self) -> None:
+        """Lay the recorded sizes out in one allocation."""
+        total = 0
+        for n in self.sizes:
+            self.offsets.append(total)
+            total += -(-n // self._ALIGN) * self._ALIGN
+        self.buffer = cuda().mem_alloc(max(total, self._ALIGN))
+
+    def rewind(self) -> None:
+        self._next = 0
+
+    def allocate(self, nbytes: int) -> Any:
+        i = self._next
+        self._next += 1
+        if self.measuring:
+            self.sizes.append(nbytes)
+            return allocator()(nbytes)
+        if i >= len(self.sizes) or self.sizes[i] != nbytes:
+            raise RuntimeError(f"allocation {i} of {nbytes} B departs from the recorded sequence "
+                               f"{self.sizes}: the step's shapes or launch parameters changed")
+        return int(self.buffer) + self.offsets[i]
+
+
+_ARENA: list[Arena] = []
+
+
+@contextmanager
+def arena(a: Arena) -> Iterator[Arena]:
+    """Inside this block every output and scratch buffer comes from ``a``."""
+    a.rewind()
+    _ARENA.append(a)
+    try:
+        yield a
+    finally:
+        _ARENA.pop()

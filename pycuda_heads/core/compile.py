@@ -85,7 +85,7 @@ class Kernel:
             self._launch(grid, block, self._pack(self._format, *args), shared, stream)
             if _RECORDING:
                 _RECORDING[-1].append((self, grid, block, args, shared, stream))
-            if self._sync:
+            if self._sync and not _CAPTURING:
                 cuda().Context.synchronize()
         except cuda().Error as exc:
             raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
@@ -104,6 +104,17 @@ class Kernel:
 
 
 _RECORDING: list[list[tuple]] = []
+_CAPTURING: list[bool] = []
+
+
+@contextmanager
+def capturing() -> Iterator[None]:
+    """Launches inside are being captured into a CUDA graph: no synchronisation may happen."""
+    _CAPTURING.append(True)
+    try:
+        yield
+    finally:
+        _CAPTURING.pop()
 
 
 @contextmanager

@@ -41,6 +41,8 @@ from . import timing
 log = logging.getLogger("pycuda_heads.bench")
 
 LIBRARY = ("tuned", "default")
+#: the bench op of the composed head step (``step_bench``), beside the catalog's families
+STEP = "step"
 PEERS = ("torch_eager", "torch_compile")
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
@@ -169,7 +171,7 @@ class Bench:
         self.harness, self.quick = harness, quick
         self.catalog = cat or catalog()
         families = self.catalog.families()
-        unknown = sorted(set(ops) - set(families))
+        unknown = sorted(set(ops) - set(families) - {STEP})
         if unknown:
             raise ValueError(f"unknown ops {unknown}; expected some of {sorted(families)}")
         self.ops = tuple(ops)
@@ -191,6 +193,8 @@ class Bench:
                 by_shape.setdefault((case.op, records.dims_label(case.shape)), []).append(case)
         out = []
         for op in self.ops:
+            if op == STEP:
+                continue
             shapes = [(k, v) for k, v in by_shape.items() if k[0] == op]
             if self.quick and len(shapes) > 2:
                 shapes = [shapes[0], shapes[-1]]
@@ -215,6 +219,10 @@ class Bench:
             for op, shape, cases in plan:
                 bar.set_postfix_str(f"{op} {records.dims_label(shape)}")
                 append_rows(self.path, self._shape_rows(op, shape, cases, bar))
+        if STEP in self.ops:
+            from . import step_bench
+            torch = self.peers.torch if self.peers is not None else None
+            append_rows(self.path, step_bench.rows(self._row, torch, log.warning))
         return self.path
 
     def _row(self, op: str, shape: str, pass_: str, provider: str,
@@ -368,10 +376,10 @@ def summary(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ops", nargs="+", choices=sorted(catalog().families()),
-                        default=[f for f in catalog().families() if f != "reduce"],
+    parser.add_argument("--ops", nargs="+", choices=sorted([*catalog().families(), STEP]),
+                        default=[*(f for f in catalog().families() if f != "reduce"), STEP],
                         help="ops to measure (default: every op but reduce, which the "
-                             "backward passes include)")
+                             "backward passes include, and the composed head step)")
     parser.add_argument("--quick", action="store_true",
                         help="smallest and largest shape of each op, fewer repetitions")
     parser.add_argument("--out", type=Path, default=Path("reports"),

@@ -39,6 +39,7 @@ def build(gpu_dir: Path) -> Path:
             if draw(gpu_dir / name)]
         written.update(plots)
         parts.append(report_tables.op_section(op, mine, plots))
+    parts.append(report_tables.step(report_data.step_results(data.bench)))
     parts.append(report_tables.sweep(data.runs))
     tuning_plots = _tuning_plots(data)
     written.update(tuning_plots.values())

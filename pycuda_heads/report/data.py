@@ -136,6 +136,23 @@ PROVIDERS = ("tuned", "default", "torch_eager", "torch_compile")
 LABELS = {"tuned": "tuned", "default": "default", "torch_eager": "torch eager",
           "torch_compile": "torch.compile", "floor": "floor"}
 PASS_ORDER = ("forward", "backward", FWD_BWD)
+STEP = "step"  # the composed head step's bench op
+STEP_PROVIDERS = {"library_eager": "library, kernel by kernel",
+                  "library_graph": "library, CUDA graph", "torch_eager": "torch eager",
+                  "torch_compile": "torch.compile",
+                  "torch_compile_ro": "torch.compile reduce-overhead"}
+# Head-step goals: graph replay against torch at the smallest and a mid-size shape.
+STEP_GOALS = {("B=2,K=8", "torch_compile_ro"): 10.0, ("B=2,K=8", "torch_eager"): 30.0,
+              ("B=256,K=64", "torch_compile_ro"): 5.0}
+
+
+def step_results(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """shape -> provider -> row of the head step."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("op") == STEP:
+            out.setdefault(row.get("shape", ""), {})[row.get("provider", "")] = row
+    return dict(sorted(out.items(), key=lambda kv: shape_size(kv[0])))
 
 # The team's goals, measured on the H200.
 FLOOR_GOAL = 0.75     # largest shapes, fwd+bwd: fraction of the copy-bandwidth floor
@@ -211,9 +228,10 @@ def pass_order(pass_: str) -> tuple[int, str]:
 
 
 def cases(rows: Iterable[dict[str, Any]]) -> list[BenchResult]:
+    """The kernel ops' results (the head step's rows have their own section)."""
     grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
-        if row.get("op") == "empty_kernel":
+        if row.get("op") in ("empty_kernel", STEP):
             continue
         key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
         grouped.setdefault(key, {})[row.get("provider", "")] = row

@@ -12,12 +12,15 @@ from .data import (
     FLOOR_GOAL,
     HOST_GOAL,
     LABELS,
+    STEP_GOALS,
+    STEP_PROVIDERS,
     BenchResult,
     ReportData,
     Target,
     extreme_cases,
     ops,
     shape_text,
+    speedup_text,
 )
 
 
@@ -250,6 +253,43 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
     if checks:
         lines.append(f"- the torch peers agree with the tuned kernels to a relative error of at "
                      f"most {max(checks):.1e}")
+    return "\n".join(lines + [""])
+
+
+def step(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The composed head step: wall time per step of every provider, and the graph's goals."""
+    if not results:
+        return ""
+
+    def t(row: dict[str, Any] | None) -> float | None:
+        return row.get("median_us") if row and not row.get("error") else None
+
+    rows, goals = [], []
+    for shape, by in results.items():
+        graph = t(by.get("library_graph"))
+        cells = [("failed" if (by.get(p) or {}).get("error") else us(t(by.get(p))))
+                 for p in STEP_PROVIDERS]
+        ratios = [speedup(t(by.get(p)) / graph if graph and t(by.get(p)) else None)
+                  for p in ("torch_eager", "torch_compile_ro")]
+        rows.append((shape, *cells, *ratios))
+        for (goal_shape, peer), goal in STEP_GOALS.items():
+            if goal_shape == shape:
+                x = t(by.get(peer)) / graph if graph and t(by.get(peer)) else None
+                status = ("not measured" if x is None else
+                          ("met" if x >= goal else "**missed**") + f": {speedup_text(x)}")
+                goals.append((shape, f"graph vs {STEP_PROVIDERS[peer]}", f">= {goal:.0f}x",
+                              status))
+    lines = ["## Head step", "",
+             "The whole training step of the head (pool, residual, gate forward, then the "
+             "backward chain), as wall time per step over many steps back to back, host and "
+             "GPU together.", "",
+             table(("shape", *(f"{label} us" for label in STEP_PROVIDERS.values()),
+                    "graph vs torch eager", "graph vs reduce-overhead"), rows), ""]
+    if goals:
+        lines += [table(("shape", "comparison", "goal", "status"), goals), ""]
+    errors = {f"{STEP_PROVIDERS.get(p, p)} at {shape}: `{r['error']}`"
+              for shape, by in results.items() for p, r in by.items() if r.get("error")}
+    lines += [f"- failed: {e}" for e in sorted(errors)]
     return "\n".join(lines + [""])
 
 

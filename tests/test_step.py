@@ -1,0 +1,87 @@
+"""GPU: the composed head step, eager and replayed as a CUDA graph, against the ops called one by
+one and the float64 references."""
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads import reference as ref
+from pycuda_heads.step import INPUTS
+
+pytestmark = pytest.mark.gpu
+F32 = np.float32
+
+
+def fill(step, seed):
+    rng = np.random.default_rng(seed)
+    x = {name: rng.standard_normal(arr.shape).astype(F32) for name, arr in step.inputs.items()}
+    x["alpha"] = rng.uniform(-1, 1, x["alpha"].shape).astype(F32)
+    for name, arr in step.inputs.items():
+        arr.set(x[name])
+    return x
+
+
+def host(outputs):
+    return {name: arr.get() for name, arr in outputs.items()}
+
+
+def expected(x):
+    ctx, attn = ref.pool_forward(x["q_h"], x["ln"])
+    residual = ref.residual_forward(ctx, x["w_res"], x["bias_res"])
+    out = ref.gate_forward(x["head"], residual, x["alpha"])
+    _, grad_residual, grad_alpha = ref.gate_backward(residual, x["alpha"], x["grad_out"])
+    grad_w_res, grad_bias_res, grad_ctx = ref.residual_backward(ctx, x["w_res"], grad_residual)
+    grad_q_h, grad_ln = ref.pool_backward(x["q_h"], x["ln"], attn, grad_ctx)
+    return {"ctx": ctx, "attn": attn, "residual": residual, "out": out,
+            "grad_residual": grad_residual, "grad_alpha": grad_alpha, "grad_w_res": grad_w_res,
+            "grad_bias_res": grad_bias_res, "grad_ctx": grad_ctx, "grad_q_h": grad_q_h,
+            "grad_ln": grad_ln}
+
+
+@pytest.mark.parametrize("b,k", [(2, 8), (3, 33), (256, 64)])
+def test_step_matches_the_references_and_the_ops_called_one_by_one(b, k):
+    step = ph.HeadStep(5, 128, b, k)
+    x = fill(step, b)
+    got = host(step.run())
+    step.synchronize()
+    for name, want in expected(x).items():
+        scale = np.abs(want).max() + 1e-30
+        assert np.abs(got[name] - want).max() / scale < 1e-4, name
+    assert got["grad_head"].tobytes() == x["grad_out"].tobytes()
+    # the same kernels and launch parameters as the ops themselves: bitwise the same numbers
+    ctx, attn = step.pool.forward(x["q_h"], x["ln"])
+    assert ctx.get().tobytes() == got["ctx"].tobytes()
+    assert attn.get().tobytes() == got["attn"].tobytes()
+
+
+def test_graph_replay_is_bitwise_the_eager_step_and_reads_the_current_inputs():
+    step = ph.HeadStep(5, 128, 4, 16)
+    fill(step, 1)
+    eager = host(step.run())
+    replayed = host(step.replay())
+    step.synchronize()
+    assert {n: a.tobytes() for n, a in eager.items()} == \
+        {n: a.tobytes() for n, a in replayed.items()}
+    x = fill(step, 2)  # new data in the same buffers: the graph sees it
+    again = host(step.replay())
+    want = expected(x)
+    assert np.abs(again["grad_ln"] - want["grad_ln"]).max() < 1e-4 * np.abs(want["grad_ln"]).max()
+    assert np.abs(again["out"] - want["out"]).max() < 1e-4 * np.abs(want["out"]).max()
+
+
+def test_step_runs_on_the_callers_stream_and_owns_fixed_buffers():
+    from pycuda_heads.core.device import cuda
+    stream = cuda().Stream()
+    step = ph.HeadStep(5, 128, 2, 8, stream=stream)
+    fill(step, 3)
+    first = {n: int(a.gpudata) for n, a in step.run().items()}
+    second = {n: int(a.gpudata) for n, a in step.run().items()}
+    stream.synchronize()
+    assert first == second and step.stream is stream
+    assert set(step.inputs) == set(INPUTS)
+
+
+def test_bad_step_arguments_raise():
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        ph.HeadStep(5, 128, 0, 8)
+    with pytest.raises(ValueError, match="unknown ops"):
+        ph.HeadStep(5, 128, 2, 8, launch={"frd": {}})
