@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .core.arrays import Arena, arena, empty
+from .core.arrays import Arena, empty, memory_from
 from .core.device import cuda
 from .core.graph import Graph
 from .ops.gate import AlphaGate
@@ -53,11 +53,11 @@ class HeadStep:
     def run(self) -> dict[str, Any]:
         """Launch the step's kernels one by one on the stream (no synchronisation)."""
         if self._arena.measuring:  # the first step fixes where every buffer lives
-            with arena(self._arena):
+            with memory_from(self._arena):
                 self._launch(self.stream)
             self.stream.synchronize()
             self._arena.reserve()
-        with arena(self._arena):
+        with memory_from(self._arena):
             self.outputs = self._launch(self.stream)
         return self.outputs
 
@@ -66,7 +66,7 @@ class HeadStep:
         if self._arena.measuring:
             self.run()
             self.stream.synchronize()
-        with arena(self._arena):
+        with memory_from(self._arena):
             self._graph = Graph(lambda s: self.outputs.update(self._launch(s)), self.stream)
 
     def replay(self) -> dict[str, Any]:

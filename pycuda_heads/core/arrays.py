@@ -159,9 +159,12 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     arr = object.__new__(_gpuarray().GPUArray)
     arr.__dict__.update(fields)
     nbytes = fields["nbytes"]
-    arr.gpudata = (_ARENA[-1].allocate(nbytes) if _ARENA else allocator()(nbytes)) \
-        if nbytes else None
-    arr.base = None
+    if not nbytes:
+        arr.gpudata, arr.base = None, None
+    elif _SOURCES:
+        arr.gpudata, arr.base = _SOURCES[-1].allocate(nbytes)
+    else:
+        arr.gpudata, arr.base = allocator()(nbytes), None
     if _POISON[0]:
         arr.fill(np.float32(np.nan))
     return arr
@@ -199,27 +202,31 @@ class Arena:
     def rewind(self) -> None:
         self._next = 0
 
-    def allocate(self, nbytes: int) -> Any:
+    def allocate(self, nbytes: int) -> tuple[Any, Any]:
         i = self._next
         self._next += 1
         if self.measuring:
             self.sizes.append(nbytes)
-            return allocator()(nbytes)
+            return allocator()(nbytes), None
         if i >= len(self.sizes) or self.sizes[i] != nbytes:
             raise RuntimeError(f"allocation {i} of {nbytes} B departs from the recorded sequence "
                                f"{self.sizes}: the step's shapes or launch parameters changed")
-        return int(self.buffer) + self.offsets[i]
+        return int(self.buffer) + self.offsets[i], self
 
 
-_ARENA: list[Arena] = []
+#: where ``empty`` takes memory from while not the pool: objects with
+#: ``allocate(nbytes) -> (device pointer or allocation, owner to keep alive)``
+_SOURCES: list[Any] = []
 
 
 @contextmanager
-def arena(a: Arena) -> Iterator[Arena]:
-    """Inside this block every output and scratch buffer comes from ``a``."""
-    a.rewind()
-    _ARENA.append(a)
+def memory_from(source: Any) -> Iterator[Any]:
+    """Inside this block every output and scratch buffer comes from ``source`` (an ``Arena``,
+    or another framework's allocator so that its stream and graph rules hold)."""
+    if isinstance(source, Arena):
+        source.rewind()
+    _SOURCES.append(source)
     try:
-        yield a
+        yield source
     finally:
-        _ARENA.pop()
+        _SOURCES.pop()

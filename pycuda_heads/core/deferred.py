@@ -40,6 +40,11 @@ def submit(event: Any, host: np.ndarray, n: int, stream: Any,
     _PENDING.append((event, host, n, describe))
 
 
+def pending() -> bool:
+    """Whether any check has not been read yet (cheap: every checked call asks)."""
+    return bool(_PENDING)
+
+
 def poll(wait: bool = False) -> None:
     """Read every finished check in launch order (with ``wait``, every check); raise ValueError
     for the first that failed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 from . import device
 from .compile import Kernel, get_kernel
@@ -12,6 +12,16 @@ from .space import KernelSpace
 from .tuned import lookup
 
 log = logging.getLogger("pycuda_heads")
+
+
+class Launch(NamedTuple):
+    """One role's launch at one shape, as ``Op.plan`` caches it."""
+    params: dict[str, Any]
+    kernel: Kernel
+    grid: tuple
+    block: tuple
+    shared: int
+    chosen: dict[str, Any]
 
 
 class Op:
@@ -51,6 +61,7 @@ class Op:
         self._max_shared = device.max_shared_bytes()
         self._resolved: dict[tuple, dict[str, Any]] = {}
         self._kernels: dict[tuple, Kernel] = {}
+        self._plans: dict[tuple, Launch] = {}
         #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
         self.chosen: dict[str, dict[str, Any]] = {}
 
@@ -64,6 +75,20 @@ class Op:
             hit = self._resolved[key] = self._resolve(role, shape)
         self.chosen[role] = hit
         return hit["params"]
+
+    def plan(self, role: str, shape: Mapping[str, int],
+             geometry: Callable[[Mapping[str, Any]], tuple[tuple, tuple, int]]) -> Launch:
+        """Everything a launch of ``role`` at ``shape`` needs, worked out on the first call at
+        that shape: parameters, prepared kernel, and ``geometry(params)`` = (grid, block,
+        shared bytes). A repeat call is one dictionary lookup."""
+        key = (role, *shape.values())
+        hit = self._plans.get(key)
+        if hit is None:
+            params = self.launch_params(role, shape)
+            hit = self._plans[key] = Launch(params, self.kernel(role, params),
+                                            *geometry(params), self.chosen[role])
+        self.chosen[role] = hit.chosen
+        return hit
 
     def _resolve(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
         space = self.SPACES[role]

@@ -60,7 +60,8 @@ class FrdSoftmaxCE(Op):
         raised by the next ``softmax_ce_grad`` call that finds the check finished, and at the
         latest by ``pycuda_heads.synchronize()``. ``check_labels=False`` skips that check.
         """
-        deferred.poll()
+        if deferred.pending():
+            deferred.poll()
         dims = {"H": self.n_horizons, "A": self.n_atoms}
         logits = as_device(logits, "logits", ("B", "H", "A"), dims)
         host_labels = labels if isinstance(labels, np.ndarray) else None
@@ -69,25 +70,27 @@ class FrdSoftmaxCE(Op):
         labels = as_device(labels, "labels", ("B", "H"), dims, dtype=np.int32)
         b = dims["B"]
         rows = b * self.n_horizons
-        params = self.launch_params("softmax_ce_grad", {"B": b})
+        plan = self.plan("softmax_ce_grad", {"B": b}, lambda p: self._geometry(p, b))
         if host_labels is None and check_labels:
-            self._check_device_labels(labels, rows, params, stream)
-        grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
-        args = (logits.gpudata, labels.gpudata, grad.gpudata, ce.gpudata, np.int32(rows),
-                np.float32(1.0 / b))
-        if params["LAYOUT"] == 1 and params["STAGE"]:
+            self._check_device_labels(labels, rows, plan.params, stream)
+        if plan.params["LAYOUT"] == 1 and plan.params["STAGE"]:
             check_aligned(4, logits=logits)  # the staged copy uses float4 loads
-        kernel = self.kernel("softmax_ce_grad", params)
-        if params["LAYOUT"] == 0:
-            kernel((b, self.n_horizons, 1), (self.n_atoms, 1, 1), *args, stream=stream)
-        elif params["LAYOUT"] == 2:
-            per_block = params["BLOCK"] // 32 * params["CPW"] * 32  # rows per block
-            kernel((-(-rows // per_block), 1, 1), (params["BLOCK"], 1, 1), *args, stream=stream)
-        else:
-            rpb = params["BLOCK"] // params["TPR"]
-            kernel((-(-rows // rpb), 1, 1), (params["BLOCK"], 1, 1), *args,
-                   shared=shared_bytes(params, self.template), stream=stream)
+        grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
+        plan.kernel(plan.grid, plan.block, logits.gpudata, labels.gpudata, grad.gpudata,
+                    ce.gpudata, np.int32(rows), np.float32(1.0 / b), shared=plan.shared,
+                    stream=stream)
         return grad, ce
+
+    def _geometry(self, p: Mapping[str, Any], b: int) -> tuple[tuple, tuple, int]:
+        """(grid, block, shared bytes) of each layout at batch ``b``."""
+        rows = b * self.n_horizons
+        if p["LAYOUT"] == 0:
+            return (b, self.n_horizons, 1), (self.n_atoms, 1, 1), 0
+        if p["LAYOUT"] == 2:
+            per_block = p["BLOCK"] // 32 * p["CPW"] * 32  # rows per block
+            return (-(-rows // per_block), 1, 1), (p["BLOCK"], 1, 1), 0
+        rpb = p["BLOCK"] // p["TPR"]
+        return (-(-rows // rpb), 1, 1), (p["BLOCK"], 1, 1), shared_bytes(p, self.template)
 
     def synchronize(self) -> None:
         """Wait for the GPU and raise the error of any failed device label check."""

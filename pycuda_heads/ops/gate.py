@@ -47,12 +47,11 @@ class AlphaGate(Op):
         residual = as_device(residual, "residual", ("B", "H"), dims)
         alpha = as_device(alpha, "alpha", ("H",), dims)
         n = dims["B"] * self.n_horizons
-        params = self.launch_params("forward", {"B": dims["B"]})
+        plan = self.plan("forward", {"B": dims["B"]}, lambda p: (
+            (-(-n // (p["BLOCK"] * p["ITEMS"])), 1, 1), (p["BLOCK"], 1, 1), 0))
         out = empty((dims["B"], self.n_horizons))
-        per_block = params["BLOCK"] * params["ITEMS"]
-        self.kernel("forward", params)(
-            (-(-n // per_block), 1, 1), (params["BLOCK"], 1, 1), head.gpudata,
-            residual.gpudata, alpha.gpudata, out.gpudata, np.int32(n), stream=stream)
+        plan.kernel(plan.grid, plan.block, head.gpudata, residual.gpudata, alpha.gpudata,
+                    out.gpudata, np.int32(n), stream=stream)
         return out
 
     def backward(self, residual: Any, alpha: Any, grad_out: Any, *,
@@ -64,12 +63,12 @@ class AlphaGate(Op):
         alpha = as_device(alpha, "alpha", ("H",), dims)
         grad_out = as_device(grad_out, "grad_out", ("B", "H"), dims)
         b, h = dims["B"], self.n_horizons
-        params = self.launch_params("backward", {"B": b})
-        blocks = -(-b // params["ROWS"])
+        plan = self.plan("backward", {"B": b}, lambda p: (
+            (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
+        blocks = plan.grid[0]
         grad_residual, scratch = empty((b, h)), empty((blocks, h))
-        self.kernel("backward", params)(
-            (blocks, 1, 1), (params["BLOCK"], 1, 1), residual.gpudata, alpha.gpudata,
-            grad_out.gpudata, grad_residual.gpudata, scratch.gpudata, np.int32(b), stream=stream)
+        plan.kernel(plan.grid, plan.block, residual.gpudata, alpha.gpudata, grad_out.gpudata,
+                    grad_residual.gpudata, scratch.gpudata, np.int32(b), stream=stream)
         return grad_out, grad_residual, reducer().sum_rows(scratch, blocks, h, stream)
 
 

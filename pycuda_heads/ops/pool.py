@@ -50,6 +50,9 @@ BACKWARD_SPACE = KernelSpace(
     launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
+_NULL = np.intp(0)  # grad_attn absent
+
+
 class PerHorizonAttentionPool(Op):
     """ctx, attn = pool.forward(q_h, ln); grad_q_h, grad_ln = pool.backward(q_h, ln, attn, grad_ctx).
 
@@ -65,6 +68,7 @@ class PerHorizonAttentionPool(Op):
         super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
         self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
         self.scale = 1.0 / math.sqrt(hidden_dim)
+        self._scale = np.float32(self.scale)
 
     def _dims(self) -> dict[str, int]:
         return {"H": self.n_horizons, "D": self.hidden_dim}
@@ -75,13 +79,12 @@ class PerHorizonAttentionPool(Op):
         ln = as_device(ln, "ln", ("B", "K", "D"), dims)
         q_h = as_device(q_h, "q_h", ("H", "D"), dims)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
-        params = self.launch_params("forward", {"B": b, "K": k})
-        check_aligned(params["VEC"], q_h=q_h, ln=ln)
+        plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
+            (b, 1, 1), (p["BLOCK"], 1, 1), forward_shared_bytes(p, {**self.template, "K": k})))
+        check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        self.kernel("forward", params)(
-            (b, 1, 1), (params["BLOCK"], 1, 1), q_h.gpudata, ln.gpudata, ctx.gpudata,
-            attn.gpudata, np.int32(k), np.float32(self.scale),
-            shared=forward_shared_bytes(params, {**self.template, "K": k}), stream=stream)
+        plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, ctx.gpudata, attn.gpudata,
+                    np.int32(k), self._scale, shared=plan.shared, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *,
@@ -95,14 +98,14 @@ class PerHorizonAttentionPool(Op):
         if grad_attn is not None:
             grad_attn = as_device(grad_attn, "grad_attn", ("B", "H", "K"), dims)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
-        params = self.launch_params("backward", {"B": b, "K": k})
-        check_aligned(params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx)
+        plan = self.plan("backward", {"B": b, "K": k}, lambda p: (
+            (b, 1, 1), (p["BLOCK"], 1, 1), backward_shared_bytes(p, {**self.template, "K": k})))
+        check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx)
         grad_ln, scratch = empty((b, k, d)), empty((b, h * d))
-        self.kernel("backward", params)(
-            (b, 1, 1), (params["BLOCK"], 1, 1), q_h.gpudata, ln.gpudata, attn.gpudata,
-            grad_ctx.gpudata, np.intp(0) if grad_attn is None else grad_attn.gpudata,
-            grad_ln.gpudata, scratch.gpudata, np.int32(k), np.float32(self.scale),
-            shared=backward_shared_bytes(params, {**self.template, "K": k}), stream=stream)
+        plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, attn.gpudata,
+                    grad_ctx.gpudata, _NULL if grad_attn is None else grad_attn.gpudata,
+                    grad_ln.gpudata, scratch.gpudata, np.int32(k), self._scale,
+                    shared=plan.shared, stream=stream)
         return view(reducer().sum_rows(scratch, b, h * d, stream), (h, d)), grad_ln
 
 

@@ -38,15 +38,20 @@ class ReduceAxis0(Op):
 
     def sum_rows(self, x: Any, n: int, m: int, stream: Any = None) -> Any:
         """Column sums of the device buffer ``x`` viewed as [n, m]; returns a GPUArray [m]."""
-        params = self.launch_params("axis0", {"N": n, "M": m})
-        kernel = self.kernel("axis0", params)
-        tx, ty, rows_per_split = params["TX"], params["TY"], params["SPLIT_ROWS"]
+        plan = self.plan("axis0", {"N": n, "M": m}, lambda p: (
+            (-(-m // p["TX"]), 1, 1), (p["TX"], p["TY"], 1), 0))
+        rows_per_split = plan.params["SPLIT_ROWS"]
+        if n <= rows_per_split:  # one level: the common case of the backward passes
+            dst = empty((m,))
+            plan.kernel(plan.grid, plan.block, x.gpudata, dst.gpudata, np.int32(n),
+                        np.int32(m), np.int32(rows_per_split), stream=stream)
+            return dst
         src, rows = x, n
         while True:
             splits = -(-rows // rows_per_split)
             dst = empty((m,) if splits == 1 else (splits, m))
-            kernel((-(-m // tx), splits, 1), (tx, ty, 1), src.gpudata, dst.gpudata,
-                   np.int32(rows), np.int32(m), np.int32(rows_per_split), stream=stream)
+            plan.kernel((plan.grid[0], splits, 1), plan.block, src.gpudata, dst.gpudata,
+                        np.int32(rows), np.int32(m), np.int32(rows_per_split), stream=stream)
             if splits == 1:
                 return dst
             src, rows = dst, splits

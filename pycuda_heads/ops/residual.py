@@ -51,13 +51,12 @@ class PerHorizonResidual(Op):
         w_res = as_device(w_res, "w_res", ("H", "D"), dims)
         bias_res = as_device(bias_res, "bias_res", ("H",), dims)
         b = dims["B"]
-        params = self.launch_params("forward", {"B": b})
-        check_aligned(params["VEC"], ctx=ctx, w_res=w_res)
+        plan = self.plan("forward", {"B": b}, lambda p: (
+            (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
+        check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
         out = empty((b, self.n_horizons))
-        self.kernel("forward", params)(
-            (-(-b // params["ROWS"]), 1, 1), (params["BLOCK"], 1, 1),
-            ctx.gpudata, w_res.gpudata, bias_res.gpudata, out.gpudata, np.int32(b),
-            stream=stream)
+        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
+                    out.gpudata, np.int32(b), stream=stream)
         return out
 
     def backward(self, ctx: Any, w_res: Any, grad_residual: Any, *, out: Any = None,
@@ -82,14 +81,14 @@ class PerHorizonResidual(Op):
                 raise TypeError(f"out: expected a device array (GPUArray or CUDA array), got "
                                 f"{type(out).__name__}; a NumPy array cannot receive the result")
             out = as_device(out, "out", ("B", "H", "D"), dims)
-        params = self.launch_params("backward", {"B": b})
-        check_aligned(params["VEC"], ctx=ctx, w_res=w_res, out=out)
-        blocks = -(-b // params["ROWS"])
+        plan = self.plan("backward", {"B": b}, lambda p: (
+            (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
+        check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
+        blocks = plan.grid[0]
         gw, gb = empty((blocks, h * d)), empty((blocks, h))
-        self.kernel("backward", params)(
-            (blocks, 1, 1), (params["BLOCK"], 1, 1), ctx.gpudata, w_res.gpudata,
-            grad_residual.gpudata, gw.gpudata, gb.gpudata, out.gpudata, np.int32(b),
-            np.int32(bool(accumulate)), stream=stream)
+        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, grad_residual.gpudata,
+                    gw.gpudata, gb.gpudata, out.gpudata, np.int32(b),
+                    np.int32(bool(accumulate)), stream=stream)
         red = reducer()
         return (view(red.sum_rows(gw, blocks, h * d, stream), (h, d)),
                 red.sum_rows(gb, blocks, h, stream), out)

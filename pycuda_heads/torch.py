@@ -1,0 +1,208 @@
+"""PyTorch integration: autograd Functions and nn.Modules over the library's kernels. The only
+module of the runtime that imports torch (``import pycuda_heads.torch``).
+
+Tensors are used in place (no copies). Every output and scratch buffer is allocated by torch's
+caching allocator, so torch's stream and CUDA-graph rules hold for them, and the kernels run in
+the order of torch's current stream: directly on it when it is the default stream, otherwise on
+a side stream joined to it by events before and after (the fork/join pattern that
+``torch.cuda.graph`` capture follows too).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from .core.arrays import memory_from, wrap
+from .core.compile import capturing
+from .core.device import cuda
+from .ops.frd import FrdSoftmaxCE
+from .ops.gate import AlphaGate
+from .ops.pool import PerHorizonAttentionPool
+from .ops.residual import PerHorizonResidual
+
+_F32 = np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
+_DTYPES = {torch.float32: _F32, torch.int32: _I32}
+
+
+class _TorchMemory:
+    """Hands out torch-allocated bytes to the library's ``empty``."""
+
+    @staticmethod
+    def allocate(nbytes: int) -> tuple[int, torch.Tensor]:
+        t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        return t.data_ptr(), t
+
+
+def device_array(t: torch.Tensor, name: str) -> Any:
+    """A CUDA tensor as a GPUArray over the same memory (the tensor kept alive by it)."""
+    if not isinstance(t, torch.Tensor) or not t.is_cuda:
+        raise TypeError(f"{name}: expected a CUDA tensor, got "
+                        f"{type(t).__name__ if not isinstance(t, torch.Tensor) else t.device}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}: expected dtype float32 (int32 for labels), got {t.dtype}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor, got strides {t.stride()}")
+    return wrap(tuple(t.shape), _DTYPES[t.dtype], t.data_ptr(), t)
+
+
+def as_tensor(arr: Any) -> torch.Tensor:
+    """A library output (allocated through ``_TorchMemory``) as a float32 tensor of its shape."""
+    base = arr.base
+    if isinstance(base, torch.Tensor) and base.data_ptr() == int(arr.gpudata):
+        return base[: arr.nbytes].view(torch.float32 if arr.dtype == _F32 else torch.int32) \
+            .view(arr.shape)
+    return torch.as_tensor(arr, device="cuda")  # e.g. grad_head, which is grad_out itself
+
+
+@lru_cache(maxsize=None)
+def _side_stream(device: int) -> tuple[Any, torch.cuda.ExternalStream]:
+    """A PyCUDA stream for launches off torch's default stream, and torch's view of it."""
+    stream = cuda().Stream()
+    return stream, torch.cuda.ExternalStream(stream.handle, device=device)
+
+
+@contextmanager
+def torch_order() -> Iterator[Any]:
+    """The PyCUDA stream to launch on (None: the default stream) so that the launches run in
+    the order of torch's current stream, with torch allocating every buffer."""
+    current = torch.cuda.current_stream()
+    with memory_from(_TorchMemory):
+        if current.cuda_stream == 0 and not torch.cuda.is_current_stream_capturing():
+            yield None
+            return
+        stream, external = _side_stream(current.device.index or 0)
+        external.wait_stream(current)
+        with capturing():  # no synchronisation may break a capture in progress
+            yield stream
+        current.wait_stream(external)
+
+
+class AttentionPoolFunction(torch.autograd.Function):
+    """(q_h [H, D], ln [B, K, D]) -> (ctx [B, H, D], attn [B, H, K])."""
+
+    @staticmethod
+    def forward(ctx: Any, q_h: torch.Tensor, ln: torch.Tensor,
+                op: PerHorizonAttentionPool) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch_order() as s:
+            out, attn = op.forward(device_array(q_h, "q_h"), device_array(ln, "ln"), stream=s)
+        out, attn = as_tensor(out), as_tensor(attn)
+        ctx.op = op
+        ctx.save_for_backward(q_h, ln, attn)
+        return out, attn
+
+    @staticmethod
+    def backward(ctx: Any, grad_ctx: torch.Tensor, grad_attn: torch.Tensor | None) -> tuple:
+        q_h, ln, attn = ctx.saved_tensors
+        with torch_order() as s:
+            grad_q_h, grad_ln = ctx.op.backward(
+                device_array(q_h, "q_h"), device_array(ln, "ln"), device_array(attn, "attn"),
+                device_array(grad_ctx.contiguous(), "grad_ctx"),
+                grad_attn=None if grad_attn is None else device_array(
+                    grad_attn.contiguous(), "grad_attn"), stream=s)
+        return as_tensor(grad_q_h), as_tensor(grad_ln), None
+
+
+class ResidualGateFunction(torch.autograd.Function):
+    """(ctx [B, H, D], w_res [H, D], bias_res [H], head [B, H], alpha [H]) ->
+    out = head + tanh(alpha) * (sum_d ctx * w_res + bias_res)."""
+
+    @staticmethod
+    def forward(ctx: Any, c: torch.Tensor, w_res: torch.Tensor, bias_res: torch.Tensor,
+                head: torch.Tensor, alpha: torch.Tensor, residual_op: PerHorizonResidual,
+                gate_op: AlphaGate) -> torch.Tensor:
+        with torch_order() as s:
+            residual = residual_op.forward(device_array(c, "ctx"), device_array(w_res, "w_res"),
+                                           device_array(bias_res, "bias_res"), stream=s)
+            out = gate_op.forward(device_array(head, "head"), residual,
+                                  device_array(alpha, "alpha"), stream=s)
+        ctx.ops = (residual_op, gate_op)
+        ctx.save_for_backward(c, w_res, alpha, as_tensor(residual))
+        return as_tensor(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
+        c, w_res, alpha, residual = ctx.saved_tensors
+        residual_op, gate_op = ctx.ops
+        grad_out = grad_out.contiguous()
+        with torch_order() as s:
+            _, grad_residual, grad_alpha = gate_op.backward(
+                device_array(residual, "residual"), device_array(alpha, "alpha"),
+                device_array(grad_out, "grad_out"), stream=s)
+            grad_w_res, grad_bias_res, grad_c = residual_op.backward(
+                device_array(c, "ctx"), device_array(w_res, "w_res"), grad_residual, stream=s)
+        return (as_tensor(grad_c), as_tensor(grad_w_res), as_tensor(grad_bias_res), grad_out,
+                as_tensor(grad_alpha), None, None)
+
+
+class FrdLossFunction(torch.autograd.Function):
+    """(logits [B, H, A], labels [B, H] int32) -> sum of the per-row cross-entropies / B; rows
+    labelled -1 add nothing. The gradient comes from the same fused kernel pass."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, labels: torch.Tensor,
+                op: FrdSoftmaxCE) -> torch.Tensor:
+        # Under graph capture the device label check cannot be read back; a bad label still
+        # shows as a NaN loss.
+        check = not torch.cuda.is_current_stream_capturing()
+        with torch_order() as s:
+            grad, ce = op.softmax_ce_grad(device_array(logits, "logits"),
+                                          device_array(labels, "labels"), check_labels=check,
+                                          stream=s)
+        ctx.save_for_backward(as_tensor(grad))
+        return as_tensor(ce).sum() / logits.shape[0]
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: torch.Tensor) -> tuple:
+        (grad,) = ctx.saved_tensors
+        return grad * grad_loss, None, None
+
+
+class AttentionPool(torch.nn.Module):
+    """N_HORIZONS learned queries attending over ln [B, K, D]: forward(ln) -> (ctx, attn)."""
+
+    def __init__(self, n_horizons: int, hidden_dim: int, launch: Any = None) -> None:
+        super().__init__()
+        self.op = PerHorizonAttentionPool(n_horizons, hidden_dim, launch=launch)
+        self.q_h = torch.nn.Parameter(torch.randn(n_horizons, hidden_dim, device="cuda")
+                                      / hidden_dim ** 0.5)
+
+    def forward(self, ln: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return AttentionPoolFunction.apply(self.q_h, ln.contiguous(), self.op)
+
+
+class ResidualGate(torch.nn.Module):
+    """head + tanh(alpha) * (per-horizon projection of ctx + bias); alpha starts at 0, so the
+    module returns the head unchanged until training opens the gate."""
+
+    def __init__(self, n_horizons: int, hidden_dim: int, launch: Any = None) -> None:
+        super().__init__()
+        launch = launch or {}
+        self.residual_op = PerHorizonResidual(n_horizons, hidden_dim,
+                                              launch=launch.get("residual"))
+        self.gate_op = AlphaGate(n_horizons, launch=launch.get("gate"))
+        self.w_res = torch.nn.Parameter(torch.randn(n_horizons, hidden_dim, device="cuda")
+                                        / hidden_dim ** 0.5)
+        self.bias_res = torch.nn.Parameter(torch.zeros(n_horizons, device="cuda"))
+        self.alpha = torch.nn.Parameter(torch.zeros(n_horizons, device="cuda"))
+
+    def forward(self, ctx: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        return ResidualGateFunction.apply(ctx.contiguous(), self.w_res, self.bias_res,
+                                          head.contiguous(), self.alpha, self.residual_op,
+                                          self.gate_op)
+
+
+class FrdLoss(torch.nn.Module):
+    """Mean over the batch of the FRD cross-entropy: forward(logits, labels) -> scalar."""
+
+    def __init__(self, n_horizons: int, n_atoms: int = 21, launch: Any = None) -> None:
+        super().__init__()
+        self.op = FrdSoftmaxCE(n_horizons, n_atoms, launch=launch)
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return FrdLossFunction.apply(logits.contiguous(), labels.to(torch.int32).contiguous(),
+                                     self.op)
