@@ -18,7 +18,7 @@ import torch
 
 from .core.arrays import memory_from, wrap
 from .core.compile import capturing
-from .core.device import cuda
+from .core.device import bind_thread, cuda
 from .ops.frd import FrdSoftmaxCE
 from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
@@ -70,6 +70,7 @@ def _side_stream(device: int) -> tuple[Any, torch.cuda.ExternalStream]:
 def torch_order() -> Iterator[Any]:
     """The PyCUDA stream to launch on (None: the default stream) so that the launches run in
     the order of torch's current stream, with torch allocating every buffer."""
+    bind_thread()  # backward passes run in torch's autograd threads
     current = torch.cuda.current_stream()
     with memory_from(_TorchMemory):
         if current.cuda_stream == 0 and not torch.cuda.is_current_stream_capturing():

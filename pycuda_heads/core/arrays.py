@@ -46,11 +46,6 @@ def wrap(shape: tuple[int, ...], dtype: np.dtype, gpudata: Any, base: Any = None
     return arr
 
 
-def view(arr: Any, shape: tuple[int, ...]) -> Any:
-    """``arr`` (C-contiguous, same size) seen with another shape, sharing its memory."""
-    return wrap(shape, arr.dtype, arr.gpudata, arr)
-
-
 def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
                 dims: MutableMapping[str, int]) -> None:
     """Bind named axes (B, K, ...) on first sight; later arguments must agree with them."""

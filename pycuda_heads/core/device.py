@@ -29,6 +29,16 @@ def cuda() -> Any:
     return drv
 
 
+def bind_thread() -> None:
+    """Make the primary context PyCUDA's current one in this thread too. PyCUDA keeps its
+    context stack per thread, so a thread other than the one that first imported it (torch's
+    autograd threads, for one) starts with none."""
+    drv = cuda()
+    if drv.Context.get_current() is None:
+        import pycuda.autoprimaryctx as primary
+        primary.context.push()
+
+
 def gpu_available() -> bool:
     try:
         cuda()

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty, view
+from ..core.arrays import as_device, check_aligned, empty
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
@@ -106,7 +106,7 @@ class PerHorizonAttentionPool(Op):
                     grad_ctx.gpudata, _NULL if grad_attn is None else grad_attn.gpudata,
                     grad_ln.gpudata, scratch.gpudata, np.int32(k), self._scale,
                     shared=plan.shared, stream=stream)
-        return view(reducer().sum_rows(scratch, b, h * d, stream), (h, d)), grad_ln
+        return reducer().sum_rows(scratch, b, h * d, stream, (h, d)), grad_ln
 
 
 

@@ -36,20 +36,22 @@ class ReduceAxis0(Op):
         x = as_device(x, "x", ("N", "M"), dims)
         return self.sum_rows(x, dims["N"], dims["M"], stream)
 
-    def sum_rows(self, x: Any, n: int, m: int, stream: Any = None) -> Any:
-        """Column sums of the device buffer ``x`` viewed as [n, m]; returns a GPUArray [m]."""
+    def sum_rows(self, x: Any, n: int, m: int, stream: Any = None,
+                 shape: tuple[int, ...] | None = None) -> Any:
+        """Column sums of the device buffer ``x`` viewed as [n, m]; returns a GPUArray [m]
+        (or of ``shape``, m elements seen as, say, [H, D])."""
         plan = self.plan("axis0", {"N": n, "M": m}, lambda p: (
             (-(-m // p["TX"]), 1, 1), (p["TX"], p["TY"], 1), 0))
         rows_per_split = plan.params["SPLIT_ROWS"]
         if n <= rows_per_split:  # one level: the common case of the backward passes
-            dst = empty((m,))
+            dst = empty(shape or (m,))
             plan.kernel(plan.grid, plan.block, x.gpudata, dst.gpudata, np.int32(n),
                         np.int32(m), np.int32(rows_per_split), stream=stream)
             return dst
         src, rows = x, n
         while True:
             splits = -(-rows // rows_per_split)
-            dst = empty((m,) if splits == 1 else (splits, m))
+            dst = empty((shape or (m,)) if splits == 1 else (splits, m))
             plan.kernel((plan.grid[0], splits, 1), plan.block, src.gpudata, dst.gpudata,
                         np.int32(rows), np.int32(m), np.int32(rows_per_split), stream=stream)
             if splits == 1:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty, view
+from ..core.arrays import as_device, check_aligned, empty
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -90,7 +90,7 @@ class PerHorizonResidual(Op):
                     gw.gpudata, gb.gpudata, out.gpudata, np.int32(b),
                     np.int32(bool(accumulate)), stream=stream)
         red = reducer()
-        return (view(red.sum_rows(gw, blocks, h * d, stream), (h, d)),
+        return (red.sum_rows(gw, blocks, h * d, stream, (h, d)),
                 red.sum_rows(gb, blocks, h, stream), out)
 
 
