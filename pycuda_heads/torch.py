@@ -18,7 +18,7 @@ import torch
 
 from .core.arrays import memory_from, wrap
 from .core.compile import capturing
-from .core.device import bind_thread, cuda
+from .core.device import cuda, thread_context
 from .ops.frd import FrdSoftmaxCE
 from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
@@ -27,6 +27,7 @@ from .ops.residual import PerHorizonResidual
 _F32 = np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
 _DTYPES = {torch.float32: _F32, torch.int32: _I32}
+_CU_STREAM_NON_BLOCKING = 1  # the driver's flag; PyCUDA has no name for it
 
 
 class _TorchMemory:
@@ -61,8 +62,10 @@ def as_tensor(arr: Any) -> torch.Tensor:
 
 @lru_cache(maxsize=None)
 def _side_stream(device: int) -> tuple[Any, torch.cuda.ExternalStream]:
-    """A PyCUDA stream for launches off torch's default stream, and torch's view of it."""
-    stream = cuda().Stream()
+    """A PyCUDA stream for launches off torch's default stream, and torch's view of it.
+    Non-blocking: ordered only by the events that join it to torch's stream, never implicitly
+    by the legacy default stream (which a graph capture forbids)."""
+    stream = cuda().Stream(flags=_CU_STREAM_NON_BLOCKING)
     return stream, torch.cuda.ExternalStream(stream.handle, device=device)
 
 
@@ -70,9 +73,9 @@ def _side_stream(device: int) -> tuple[Any, torch.cuda.ExternalStream]:
 def torch_order() -> Iterator[Any]:
     """The PyCUDA stream to launch on (None: the default stream) so that the launches run in
     the order of torch's current stream, with torch allocating every buffer."""
-    bind_thread()  # backward passes run in torch's autograd threads
     current = torch.cuda.current_stream()
-    with memory_from(_TorchMemory):
+    # backward passes run in torch's autograd threads, which PyCUDA has not seen
+    with thread_context(), memory_from(_TorchMemory):
         if current.cuda_stream == 0 and not torch.cuda.is_current_stream_capturing():
             yield None
             return

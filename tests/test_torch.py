@@ -93,11 +93,11 @@ def test_side_stream_and_graph_capture_match_eager():
         out = rg(ctx, head)
         return [out, *torch.autograd.grad(out.sum(), [pool.q_h, rg.w_res, rg.alpha])]
 
-    eager = [t.clone() for t in step()]
-    side = torch.cuda.Stream()
+    eager = [t.detach().clone() for t in step()]
+    side = torch.cuda.Stream()  # also the warm-up torch asks for before a capture
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        on_side = [t.clone() for t in step()]
+        on_side = [t.detach().clone() for t in step()]
     torch.cuda.current_stream().wait_stream(side)
     assert all(torch.equal(a, b) for a, b in zip(eager, on_side))
     graph = torch.cuda.CUDAGraph()

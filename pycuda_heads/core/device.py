@@ -5,8 +5,9 @@ runtime uses, so PyTorch or CuPy in the same process share it.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 from ..records import slug
 
@@ -29,14 +30,22 @@ def cuda() -> Any:
     return drv
 
 
-def bind_thread() -> None:
-    """Make the primary context PyCUDA's current one in this thread too. PyCUDA keeps its
+@contextmanager
+def thread_context() -> Iterator[None]:
+    """The primary context current for PyCUDA in this thread for the block. PyCUDA keeps its
     context stack per thread, so a thread other than the one that first imported it (torch's
-    autograd threads, for one) starts with none."""
+    autograd threads, for one) starts with none; it is popped again at the end, because PyCUDA
+    aborts at exit when a context is left on any stack."""
     drv = cuda()
-    if drv.Context.get_current() is None:
-        import pycuda.autoprimaryctx as primary
-        primary.context.push()
+    if drv.Context.get_current() is not None:
+        yield
+        return
+    import pycuda.autoprimaryctx as primary
+    primary.context.push()
+    try:
+        yield
+    finally:
+        drv.Context.pop()
 
 
 def gpu_available() -> bool:
