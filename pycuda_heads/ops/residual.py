@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty
+from ..core.arrays import as_device, check_aligned, empty, output_buffer
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -72,15 +72,7 @@ class PerHorizonResidual(Op):
         w_res = as_device(w_res, "w_res", ("H", "D"), dims)
         grad_residual = as_device(grad_residual, "grad_residual", ("B", "H"), dims)
         b, h, d = dims["B"], dims["H"], dims["D"]
-        if accumulate and out is None:
-            raise ValueError("accumulate=True needs out= (the grad_ctx buffer to add into)")
-        if out is None:
-            out = empty((b, h, d))
-        else:
-            if not hasattr(out, "gpudata") and not hasattr(out, "__cuda_array_interface__"):
-                raise TypeError(f"out: expected a device array (GPUArray or CUDA array), got "
-                                f"{type(out).__name__}; a NumPy array cannot receive the result")
-            out = as_device(out, "out", ("B", "H", "D"), dims)
+        out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
         params = self.launch_params("backward", {"B": b})
         check_aligned(params["VEC"], ctx=ctx, w_res=w_res, out=out)
         blocks = -(-b // params["ROWS"])

@@ -1,0 +1,121 @@
+// The per-horizon residual and the alpha gate fused:
+//   residual[b,h] = w_res[h,:] . ctx[b,h,:] + bias_res[h]
+//   out[b,h]      = head[b,h] + tanh(alpha[h]) * residual[b,h]
+// and their backward from grad_out in one kernel (plus one reduce_axis0 over its scratch rows
+// when there is more than one row group). Template constants: N_HORIZONS, HIDDEN_DIM, BLOCK, ROWS,
+// VEC, and UNROLL for the backward: the knob present selects the kernel compiled. No atomics.
+#include "heads_common.cuh"
+
+#define NWARPS (BLOCK / 32)
+
+#ifndef UNROLL
+// Forward: one warp per (b, h) pair of the block's ROWS rows, the same lane layout and
+// summation order as residual_forward, so residual is bitwise that kernel's at equal VEC.
+// tanh(0) == 0 returns head itself: a closed gate is bit-identical to the head (-0.0 included).
+extern "C" __global__ void __launch_bounds__(BLOCK)
+resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
+                const float* __restrict__ bias_res, const float* __restrict__ head,
+                const float* __restrict__ alpha, float* __restrict__ out,
+                float* __restrict__ residual, const int B)
+{
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int p0 = blockIdx.x * ROWS * N_HORIZONS;
+    const int p1 = min(B * N_HORIZONS, p0 + ROWS * N_HORIZONS);
+    for (int p = p0 + warp; p < p1; p += NWARPS) {
+        const int h = p % N_HORIZONS;
+        float x[ROW_PER_LANE], w[ROW_PER_LANE];
+        load_row(ctx + (size_t)p * HIDDEN_DIM, lane, x);
+        load_row(w_res + h * HIDDEN_DIM, lane, w);
+        float dot = 0.f;
+#pragma unroll
+        for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(w[j], x[j], dot);
+        dot = warp_sum(dot);
+        if (lane == 0) {
+            const float r = dot + bias_res[h];
+            const float t = tanhf(alpha[h]);
+            residual[p] = r;
+            out[p] = t == 0.f ? head[p] : fmaf(t, r, head[p]);
+        }
+    }
+}
+#endif
+
+#ifdef UNROLL
+#define HD (N_HORIZONS * HIDDEN_DIM)
+// One scratch row per row group: [grad_w_res partial (HD) | grad_bias_res (H) | grad_alpha (H)].
+#define SCRATCH_COLS (HD + 2 * N_HORIZONS)
+
+// Backward on grid (row groups, column strips). Block (g, s) owns the batch rows
+// [g*ROWS, g*ROWS + ROWS) and the strip of BLOCK*VEC columns s of the flattened [HD] row; each
+// thread owns VEC columns of one horizon (VEC divides HIDDEN_DIM), so its grad_w_res partial stays
+// in registers and no block-wide sum is needed. grad_residual = tanh(alpha) * grad_out is formed
+// on the fly and never stored. grad_ctx = grad_residual * w_res has one writer per element (added
+// to grad_ctx when accumulate != 0). The strips of a group write disjoint parts of its scratch
+// row, in a fixed order per element: with one row group that row is already the final result.
+extern "C" __global__ void __launch_bounds__(BLOCK)
+resgate_backward(const float* __restrict__ ctx, const float* __restrict__ w_res,
+                 const float* __restrict__ alpha, const float* __restrict__ residual,
+                 const float* __restrict__ grad_out, float* __restrict__ scratch,
+                 float* __restrict__ grad_ctx, const int B, const int accumulate)
+{
+    const int b0 = blockIdx.x * ROWS;
+    const int b1 = min(B, b0 + ROWS);
+    float* row = scratch + (size_t)blockIdx.x * SCRATCH_COLS;
+    const int e = (blockIdx.y * BLOCK + threadIdx.x) * VEC;
+    if (e < HD) {
+        const int h = e / HIDDEN_DIM;
+        const float t = tanhf(__ldg(alpha + h));
+        float w[VEC], acc[VEC];
+        load_vec<VEC>(w_res + e, w);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[v] = 0.f;
+        for (int b = b0; b < b1; b += UNROLL) {
+            // All UNROLL rows' loads are issued before any store: bytes in flight per thread.
+            float x[UNROLL][VEC], g[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                if (b + u < b1) {
+                    load_vec<VEC>(ctx + (size_t)(b + u) * HD + e, x[u]);
+                    g[u] = t * __ldg(grad_out + (b + u) * N_HORIZONS + h);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                if (b + u < b1) {
+                    float* dst = grad_ctx + (size_t)(b + u) * HD + e;
+                    float o[VEC];
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v)
+                        o[v] = accumulate ? fmaf(g[u], w[v], dst[v]) : g[u] * w[v];
+                    store_vec<VEC>(dst, o);
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[v] = fmaf(g[u], x[u][v], acc[v]);
+                }
+            }
+        }
+        // Scalar stores: a row of SCRATCH_COLS floats need not be vector-aligned.
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) row[e + v] = acc[v];
+    }
+    // grad_bias_res and grad_alpha partials, one warp per horizon spread over the strips' warps:
+    // lanes stride the group's rows, then a butterfly (fixed order).
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    for (int h = blockIdx.y * NWARPS + warp; h < N_HORIZONS; h += gridDim.y * NWARPS) {
+        const float t = tanhf(__ldg(alpha + h));
+        float sg = 0.f, sgr = 0.f;
+        for (int b = b0 + lane; b < b1; b += 32) {
+            const float g = __ldg(grad_out + b * N_HORIZONS + h);
+            sg += t * g;
+            sgr = fmaf(g, __ldg(residual + b * N_HORIZONS + h), sgr);
+        }
+        sg = warp_sum(sg);
+        sgr = warp_sum(sgr);
+        if (lane == 0) {
+            row[HD + h] = sg;
+            row[HD + N_HORIZONS + h] = (1.f - t * t) * sgr;
+        }
+    }
+}
+#endif

@@ -1,0 +1,185 @@
+"""The per-horizon residual and the alpha gate fused (cu/resgate.cu):
+residual[b,h] = w_res[h,:] . ctx[b,h,:] + bias_res[h] and out = head + tanh(alpha) * residual,
+forward in one kernel, backward in one kernel plus one reduce (none with a single row group)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import as_device, check_aligned, empty, output_buffer
+from ..core.op import Op
+from ..core.space import KernelSpace
+from ..core.spec import KernelSpec, Tensor, uniform2
+from .reduce import reducer
+
+FORWARD_SPACE = KernelSpace(
+    kernel="resgate.forward",
+    params={"BLOCK": (32, 64, 128, 256, 512), "ROWS": (1, 2, 4, 8, 16), "VEC": (1, 2, 4)},
+    default={"BLOCK": 128, "ROWS": 4, "VEC": 4},
+    # a warp holds a whole row: at most 32 floats per lane
+    restrictions=("HIDDEN_DIM % VEC == 0",
+                  "(HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC <= 32"),
+)
+
+# BLOCK * VEC columns per strip: BLOCK=32/VEC=4 or 64/VEC=2 cut a 5 x 128 row into 5 full strips.
+BACKWARD_SPACE = KernelSpace(
+    kernel="resgate.backward",
+    params={"BLOCK": (32, 64, 128, 256), "ROWS": (1, 4, 16, 64, 256), "VEC": (1, 2, 4),
+            "UNROLL": (1, 2, 4, 8)},
+    default={"BLOCK": 64, "ROWS": 16, "VEC": 2, "UNROLL": 4},
+    restrictions=("HIDDEN_DIM % VEC == 0", "UNROLL <= ROWS"),
+)
+
+
+class ResidualGate(Op):
+    """out, residual = rg.forward(ctx, w_res, bias_res, head, alpha);
+    grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha =
+        rg.backward(ctx, w_res, alpha, residual, grad_out).
+
+    The backward takes the forward's saved ``residual`` (B*H floats, against the B*H*D of ctx it
+    reads anyway) instead of recomputing it, which would need bias_res and a dot product per
+    (b, h) across the threads that split each row.
+    """
+
+    FAMILY = "resgate"
+    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+
+    def __init__(self, n_horizons: int, hidden_dim: int,
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
+        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
+
+    def _dims(self) -> dict[str, int]:
+        return {"H": self.n_horizons, "D": self.hidden_dim}
+
+    def forward(self, ctx: Any, w_res: Any, bias_res: Any, head: Any,
+                alpha: Any) -> tuple[Any, Any]:
+        """out[B, H] and residual[B, H] (for the backward) as GPUArrays."""
+        dims = self._dims()
+        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
+        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
+        bias_res = as_device(bias_res, "bias_res", ("H",), dims)
+        head = as_device(head, "head", ("B", "H"), dims)
+        alpha = as_device(alpha, "alpha", ("H",), dims)
+        b = dims["B"]
+        params = self.launch_params("forward", {"B": b})
+        check_aligned(params["VEC"], ctx=ctx, w_res=w_res)
+        out, residual = empty((b, self.n_horizons)), empty((b, self.n_horizons))
+        self.kernel("forward", params)(
+            (-(-b // params["ROWS"]), 1, 1), (params["BLOCK"], 1, 1), ctx.gpudata,
+            w_res.gpudata, bias_res.gpudata, head.gpudata, alpha.gpudata, out.gpudata,
+            residual.gpudata, np.int32(b))
+        return out, residual
+
+    def backward(self, ctx: Any, w_res: Any, alpha: Any, residual: Any, grad_out: Any, *,
+                 out: Any = None, accumulate: bool = False) -> tuple[Any, Any, Any, Any, Any]:
+        """grad_w_res[H, D], grad_bias_res[H], grad_ctx[B, H, D], grad_head[B, H] (grad_out
+        itself: the gate passes it through) and grad_alpha[H].
+
+        ``out`` (a device array [B, H, D]) receives grad_ctx in place; with ``accumulate=True``
+        the gradient is added to what ``out`` holds (the pool backward's grad_ctx input).
+        grad_w_res, grad_bias_res and grad_alpha are views of one device row.
+        """
+        dims = self._dims()
+        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
+        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
+        alpha = as_device(alpha, "alpha", ("H",), dims)
+        residual = as_device(residual, "residual", ("B", "H"), dims)
+        grad_out = as_device(grad_out, "grad_out", ("B", "H"), dims)
+        b, h, d = dims["B"], dims["H"], dims["D"]
+        out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
+        params = self.launch_params("backward", {"B": b})
+        check_aligned(params["VEC"], ctx=ctx, w_res=w_res, out=out)
+        groups = -(-b // params["ROWS"])
+        strips = -(-h * d // (params["BLOCK"] * params["VEC"]))
+        cols = h * d + 2 * h  # scratch row: grad_w_res | grad_bias_res | grad_alpha
+        scratch = empty((groups, cols))
+        self.kernel("backward", params)(
+            (groups, strips, 1), (params["BLOCK"], 1, 1), ctx.gpudata, w_res.gpudata,
+            alpha.gpudata, residual.gpudata, grad_out.gpudata, scratch.gpudata, out.gpudata,
+            np.int32(b), np.int32(bool(accumulate)))
+        # One row group wrote the final sums: no reduce launch (what keeps small B fast).
+        sums = scratch.reshape(cols) if groups == 1 else reducer().sum_rows(scratch, groups, cols)
+        return (sums[:h * d].reshape(h, d), sums[h * d:h * d + h], out, grad_out,
+                sums[h * d + h:])
+
+
+def torch_forward(torch: Any, ctx: Any, w_res: Any, bias_res: Any, head: Any,
+                  alpha: Any) -> tuple[Any, Any]:
+    residual = torch.einsum("bhd,hd->bh", ctx, w_res) + bias_res
+    return head + torch.tanh(alpha) * residual, residual
+
+
+def torch_backward(torch: Any, ctx: Any, w_res: Any, alpha: Any, residual: Any,
+                   grad_out: Any) -> tuple[Any, ...]:
+    t = torch.tanh(alpha)
+    g = t * grad_out
+    return (torch.einsum("bh,bhd->hd", g, ctx), g.sum(dim=0), g.unsqueeze(-1) * w_res, grad_out,
+            (1 - t * t) * (grad_out * residual).sum(dim=0))
+
+
+def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """Central differences of loss = sum(g * out) at B=3 (8 ctx and 8 w_res entries, every
+    bias_res and alpha, 8 head entries) against the backward; a closed gate (alpha = 0) returns
+    the head bitwise and sends exactly zero gradient to ctx, w_res and bias_res."""
+    h, d, b = template["N_HORIZONS"], template["HIDDEN_DIM"], 3
+    rng = np.random.default_rng(2029)
+    x = {"ctx": rng.standard_normal((b, h, d), dtype=np.float32),
+         "w_res": rng.standard_normal((h, d), dtype=np.float32),
+         "bias_res": rng.standard_normal(h, dtype=np.float32),
+         "head": rng.standard_normal((b, h), dtype=np.float32),
+         "alpha": rng.uniform(-2, 2, h).astype(np.float32)}
+    g = rng.standard_normal((b, h), dtype=np.float32)
+    rg = make_op(template)
+
+    def loss() -> float:
+        out, _ = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], x["alpha"])
+        return float((g * out.get().astype(np.float64)).sum())
+
+    _, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], x["alpha"])
+    gw, gb, gctx, gh, ga = (a.get() for a in rg.backward(x["ctx"], x["w_res"], x["alpha"],
+                                                          residual, g))
+    analytic = {"ctx": gctx, "w_res": gw, "bias_res": gb, "head": gh, "alpha": ga}
+    probes = {"ctx": ref.random_indices(rng, (b, h, d), 8),
+              "w_res": ref.random_indices(rng, (h, d), 8),
+              "bias_res": [(i,) for i in range(h)], "head": ref.random_indices(rng, (b, h), 8),
+              "alpha": [(i,) for i in range(h)]}
+    parity = ref.central_differences(loss, x, analytic, probes)
+
+    shut = np.zeros(h, np.float32)
+    out, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], shut)
+    gw, gb, gctx, _, _ = (a.get() for a in rg.backward(x["ctx"], x["w_res"], shut, residual, g))
+    closed = (out.get().tobytes() == x["head"].tobytes()
+              and not gw.any() and not gb.any() and not gctx.any())
+    return {"parity_numgrad": parity, "closed_gate_bitwise": {"passed": bool(closed)}}
+
+
+TENSORS = {"ctx": Tensor(("B", "H", "D")), "w_res": Tensor(("H", "D")),
+           "bias_res": Tensor(("H",)), "head": Tensor(("B", "H")),
+           "alpha": Tensor(("H",), draw=uniform2), "out": Tensor(("B", "H")),
+           "residual": Tensor(("B", "H")), "grad_out": Tensor(("B", "H")),
+           "grad_w_res": Tensor(("H", "D")), "grad_bias_res": Tensor(("H",)),
+           "grad_ctx": Tensor(("B", "H", "D")), "grad_head": Tensor(("B", "H")),
+           "grad_alpha": Tensor(("H",))}
+SUITE = ({"B": 3}, {"B": 4096}, {"B": 65536})
+# B=1000: several row groups through the reduce; D=30: no vector loads wider than 2; H=1;
+# D=1 with 3 horizons: strips that hold several horizons' single columns.
+GRID = (({}, {"B": 1}), ({}, {"B": 7}), ({}, {"B": 1000}), ({"N_HORIZONS": 1}, {"B": 5}),
+        ({"HIDDEN_DIM": 30}, {"B": 50}), ({"HIDDEN_DIM": 256}, {"B": 9}),
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 1}, {"B": 40}))
+_COMMON_SPEC = dict(op=ResidualGate, template_keys=("N_HORIZONS", "HIDDEN_DIM"),
+                    tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
+
+SPECS = (
+    KernelSpec(id="resgate.forward", method="forward", space=FORWARD_SPACE,
+               reads=("ctx", "w_res", "bias_res", "head", "alpha"), writes=("out", "residual"),
+               reference=ref.resgate_forward, peer=torch_forward, **_COMMON_SPEC),
+    # grad_head is grad_out itself: the gate passes it through unchanged.
+    KernelSpec(id="resgate.backward", method="backward", space=BACKWARD_SPACE,
+               reads=("ctx", "w_res", "alpha", "residual", "grad_out"),
+               writes=("grad_w_res", "grad_bias_res", "grad_ctx", "grad_head", "grad_alpha"),
+               passthrough={"grad_head": "grad_out"}, reference=ref.resgate_backward,
+               peer=torch_backward, **_COMMON_SPEC),
+)
