@@ -9,8 +9,8 @@
 #define NWARPS (BLOCK / 32)
 
 #ifndef UNROLL
-// Forward: one warp per (b, h) pair of the block's ROWS rows, the same lane layout and
-// summation order as residual_forward, so residual is bitwise that kernel's at equal VEC.
+// Forward: residual_forward's loop (so residual is bitwise that kernel's at equal VEC) with the
+// gate applied where the residual is written.
 // tanh(0) == 0 returns head itself: a closed gate is bit-identical to the head (-0.0 included).
 extern "C" __global__ void __launch_bounds__(BLOCK)
 resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
@@ -18,26 +18,12 @@ resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                 const float* __restrict__ alpha, float* __restrict__ out,
                 float* __restrict__ residual, const int B)
 {
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const int p0 = blockIdx.x * ROWS * N_HORIZONS;
-    const int p1 = min(B * N_HORIZONS, p0 + ROWS * N_HORIZONS);
-    for (int p = p0 + warp; p < p1; p += NWARPS) {
-        const int h = p % N_HORIZONS;
-        float x[ROW_PER_LANE], w[ROW_PER_LANE];
-        load_row(ctx + (size_t)p * HIDDEN_DIM, lane, x);
-        load_row(w_res + h * HIDDEN_DIM, lane, w);
-        float dot = 0.f;
-#pragma unroll
-        for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(w[j], x[j], dot);
-        dot = warp_sum(dot);
-        if (lane == 0) {
-            const float r = dot + bias_res[h];
-            const float t = tanhf(alpha[h]);
-            residual[p] = r;
-            out[p] = t == 0.f ? head[p] : fmaf(t, r, head[p]);
-        }
-    }
+    residual_pairs(ctx, w_res, B, [&](int p, int h, float dot) {
+        const float r = dot + bias_res[h];
+        const float t = tanhf(alpha[h]);
+        residual[p] = r;
+        out[p] = t == 0.f ? head[p] : fmaf(t, r, head[p]);
+    });
 }
 #endif
 

@@ -9,19 +9,12 @@ import numpy as np
 
 from .. import reference as ref
 from ..core.arrays import as_device, check_aligned, empty, output_buffer
-from ..core.op import Op
-from ..core.space import KernelSpace
+from ..core.op import HorizonOp
+from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor, uniform2
 from .reduce import reducer
 
-FORWARD_SPACE = KernelSpace(
-    kernel="resgate.forward",
-    params={"BLOCK": (32, 64, 128, 256, 512), "ROWS": (1, 2, 4, 8, 16), "VEC": (1, 2, 4)},
-    default={"BLOCK": 128, "ROWS": 4, "VEC": 4},
-    # a warp holds a whole row: at most 32 floats per lane
-    restrictions=("HIDDEN_DIM % VEC == 0",
-                  "(HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC <= 32"),
-)
+FORWARD_SPACE = residual_pairs_space("resgate.forward")
 
 # BLOCK * VEC columns per strip: BLOCK=32/VEC=4 or 64/VEC=2 cut a 5 x 128 row into 5 full strips.
 BACKWARD_SPACE = KernelSpace(
@@ -33,7 +26,7 @@ BACKWARD_SPACE = KernelSpace(
 )
 
 
-class ResidualGate(Op):
+class ResidualGate(HorizonOp):
     """out, residual = rg.forward(ctx, w_res, bias_res, head, alpha);
     grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha =
         rg.backward(ctx, w_res, alpha, residual, grad_out).
@@ -45,14 +38,6 @@ class ResidualGate(Op):
 
     FAMILY = "resgate"
     SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
-
-    def __init__(self, n_horizons: int, hidden_dim: int,
-                 launch: Mapping[str, Mapping[str, Any]] | None = None):
-        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
-        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
-
-    def _dims(self) -> dict[str, int]:
-        return {"H": self.n_horizons, "D": self.hidden_dim}
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, head: Any,
                 alpha: Any) -> tuple[Any, Any]:

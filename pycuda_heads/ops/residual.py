@@ -8,18 +8,12 @@ import numpy as np
 
 from .. import reference as ref
 from ..core.arrays import as_device, check_aligned, empty, output_buffer
-from ..core.op import Op
-from ..core.space import KernelSpace
+from ..core.op import HorizonOp
+from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor
 from .reduce import reducer
 
-FORWARD_SPACE = KernelSpace(
-    kernel="residual.forward",
-    params={"BLOCK": (32, 64, 128, 256, 512), "ROWS": (1, 2, 4, 8, 16), "VEC": (1, 2, 4)},
-    default={"BLOCK": 128, "ROWS": 4, "VEC": 4},
-    restrictions=("HIDDEN_DIM % VEC == 0",
-                  "(HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC <= 32"),
-)
+FORWARD_SPACE = residual_pairs_space("residual.forward")
 
 BACKWARD_SPACE = KernelSpace(
     kernel="residual.backward",
@@ -29,20 +23,12 @@ BACKWARD_SPACE = KernelSpace(
 )
 
 
-class PerHorizonResidual(Op):
+class PerHorizonResidual(HorizonOp):
     """residual = proj.forward(ctx, w_res, bias_res);
     grad_w_res, grad_bias_res, grad_ctx = proj.backward(ctx, w_res, grad_residual)."""
 
     FAMILY = "residual"
     SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
-
-    def __init__(self, n_horizons: int, hidden_dim: int,
-                 launch: Mapping[str, Mapping[str, Any]] | None = None):
-        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
-        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
-
-    def _dims(self) -> dict[str, int]:
-        return {"H": self.n_horizons, "D": self.hidden_dim}
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any) -> Any:
         """residual[B, H] as a GPUArray."""
