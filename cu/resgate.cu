@@ -6,8 +6,6 @@
 // VEC, and UNROLL for the backward: the knob present selects the kernel compiled. No atomics.
 #include "heads_common.cuh"
 
-#define NWARPS (BLOCK / 32)
-
 #ifndef UNROLL
 // Forward: residual_forward's loop (so residual is bitwise that kernel's at equal VEC) with the
 // gate applied where the residual is written.
@@ -37,71 +35,65 @@ resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
 // thread owns VEC columns of one horizon (VEC divides HIDDEN_DIM), so its grad_w_res partial stays
 // in registers and no block-wide sum is needed. grad_residual = tanh(alpha) * grad_out is formed
 // on the fly and never stored. grad_ctx = grad_residual * w_res has one writer per element (added
-// to grad_ctx when accumulate != 0). The strips of a group write disjoint parts of its scratch
-// row, in a fixed order per element: with one row group that row is already the final result.
+// to grad_ctx when accumulate != 0). The thread owning column 0 of horizon h also sums its
+// grad_bias_res and grad_alpha partials, from the grad_out it loads anyway: no extra pass and no
+// extra round trip. Every scratch element has one writer summing in row order: with one row group
+// the row is already the final result.
 extern "C" __global__ void __launch_bounds__(BLOCK)
 resgate_backward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                  const float* __restrict__ alpha, const float* __restrict__ residual,
                  const float* __restrict__ grad_out, float* __restrict__ scratch,
                  float* __restrict__ grad_ctx, const int B, const int accumulate)
 {
+    const int e = (blockIdx.y * BLOCK + threadIdx.x) * VEC;
+    if (e >= HD) return;
     const int b0 = blockIdx.x * ROWS;
     const int b1 = min(B, b0 + ROWS);
-    float* row = scratch + (size_t)blockIdx.x * SCRATCH_COLS;
-    const int e = (blockIdx.y * BLOCK + threadIdx.x) * VEC;
-    if (e < HD) {
-        const int h = e / HIDDEN_DIM;
-        const float t = tanhf(__ldg(alpha + h));
-        float w[VEC], acc[VEC];
-        load_vec<VEC>(w_res + e, w);
+    const int h = e / HIDDEN_DIM;
+    const bool first = e % HIDDEN_DIM == 0;
+    const float t = tanhf(__ldg(alpha + h));
+    float w[VEC], acc[VEC];
+    load_vec<VEC>(w_res + e, w);
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[v] = 0.f;
-        for (int b = b0; b < b1; b += UNROLL) {
-            // All UNROLL rows' loads are issued before any store: bytes in flight per thread.
-            float x[UNROLL][VEC], g[UNROLL];
+    for (int v = 0; v < VEC; ++v) acc[v] = 0.f;
+    float sum_g = 0.f, sum_go_r = 0.f;
+    for (int b = b0; b < b1; b += UNROLL) {
+        // All UNROLL rows' loads are issued before any store: bytes in flight per thread.
+        float x[UNROLL][VEC], go[UNROLL], r[UNROLL];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                if (b + u < b1) {
-                    load_vec<VEC>(ctx + (size_t)(b + u) * HD + e, x[u]);
-                    g[u] = t * __ldg(grad_out + (b + u) * N_HORIZONS + h);
-                }
+        for (int u = 0; u < UNROLL; ++u) {
+            if (b + u < b1) {
+                load_vec<VEC>(ctx + (size_t)(b + u) * HD + e, x[u]);
+                go[u] = __ldg(grad_out + (b + u) * N_HORIZONS + h);
+                if (first) r[u] = __ldg(residual + (b + u) * N_HORIZONS + h);
             }
+        }
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                if (b + u < b1) {
-                    float* dst = grad_ctx + (size_t)(b + u) * HD + e;
-                    float o[VEC];
+        for (int u = 0; u < UNROLL; ++u) {
+            if (b + u < b1) {
+                const float g = t * go[u];
+                float* dst = grad_ctx + (size_t)(b + u) * HD + e;
+                float o[VEC];
 #pragma unroll
-                    for (int v = 0; v < VEC; ++v)
-                        o[v] = accumulate ? fmaf(g[u], w[v], dst[v]) : g[u] * w[v];
-                    store_vec<VEC>(dst, o);
+                for (int v = 0; v < VEC; ++v)
+                    o[v] = accumulate ? fmaf(g, w[v], dst[v]) : g * w[v];
+                store_vec<VEC>(dst, o);
 #pragma unroll
-                    for (int v = 0; v < VEC; ++v) acc[v] = fmaf(g[u], x[u][v], acc[v]);
+                for (int v = 0; v < VEC; ++v) acc[v] = fmaf(g, x[u][v], acc[v]);
+                if (first) {
+                    sum_g += g;
+                    sum_go_r = fmaf(go[u], r[u], sum_go_r);
                 }
             }
         }
-        // Scalar stores: a row of SCRATCH_COLS floats need not be vector-aligned.
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) row[e + v] = acc[v];
     }
-    // grad_bias_res and grad_alpha partials, one warp per horizon spread over the strips' warps:
-    // lanes stride the group's rows, then a butterfly (fixed order).
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    for (int h = blockIdx.y * NWARPS + warp; h < N_HORIZONS; h += gridDim.y * NWARPS) {
-        const float t = tanhf(__ldg(alpha + h));
-        float sg = 0.f, sgr = 0.f;
-        for (int b = b0 + lane; b < b1; b += 32) {
-            const float g = __ldg(grad_out + b * N_HORIZONS + h);
-            sg += t * g;
-            sgr = fmaf(g, __ldg(residual + b * N_HORIZONS + h), sgr);
-        }
-        sg = warp_sum(sg);
-        sgr = warp_sum(sgr);
-        if (lane == 0) {
-            row[HD + h] = sg;
-            row[HD + N_HORIZONS + h] = (1.f - t * t) * sgr;
-        }
+    float* row = scratch + (size_t)blockIdx.x * SCRATCH_COLS;
+    // Scalar stores: a row of SCRATCH_COLS floats need not be vector-aligned.
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) row[e + v] = acc[v];
+    if (first) {
+        row[HD + h] = sum_g;
+        row[HD + N_HORIZONS + h] = (1.f - t * t) * sum_go_r;
     }
 }
 #endif
