@@ -79,4 +79,27 @@ __device__ __forceinline__ void store_row(float* row, int lane, const float* in)
         if (d < HIDDEN_DIM) store_vec<VEC>(row + d, in + c * VEC);
     }
 }
+
+#if defined(N_HORIZONS) && defined(ROWS) && defined(BLOCK)
+// The residual projection's loop: one warp per (b, h) pair of block blockIdx.x's ROWS batch rows,
+// dot = w_res[h,:] . ctx[b,h,:] in a fixed order; lane 0 calls emit(p, h, dot), p = b*N_HORIZONS+h.
+template <typename Emit>
+__device__ __forceinline__ void residual_pairs(const float* __restrict__ ctx,
+                                               const float* __restrict__ w_res, int B, Emit emit) {
+    const int lane = threadIdx.x & 31;
+    const int p0 = blockIdx.x * ROWS * N_HORIZONS;
+    const int p1 = min(B * N_HORIZONS, p0 + ROWS * N_HORIZONS);
+    for (int p = p0 + (threadIdx.x >> 5); p < p1; p += BLOCK / 32) {
+        const int h = p % N_HORIZONS;
+        float x[ROW_PER_LANE], w[ROW_PER_LANE];
+        load_row(ctx + (size_t)p * HIDDEN_DIM, lane, x);
+        load_row(w_res + h * HIDDEN_DIM, lane, w);
+        float dot = 0.f;
+#pragma unroll
+        for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(w[j], x[j], dot);
+        dot = warp_sum(dot);
+        if (lane == 0) emit(p, h, dot);
+    }
+}
+#endif
 #endif

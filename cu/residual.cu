@@ -10,21 +10,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 residual_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                  const float* __restrict__ bias_res, float* __restrict__ residual, const int B)
 {
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const int p0 = blockIdx.x * ROWS * N_HORIZONS;
-    const int p1 = min(B * N_HORIZONS, p0 + ROWS * N_HORIZONS);
-    for (int p = p0 + warp; p < p1; p += NWARPS) {
-        const int h = p % N_HORIZONS;
-        float x[ROW_PER_LANE], w[ROW_PER_LANE];
-        load_row(ctx + (size_t)p * HIDDEN_DIM, lane, x);
-        load_row(w_res + h * HIDDEN_DIM, lane, w);
-        float dot = 0.f;
-#pragma unroll
-        for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(w[j], x[j], dot);
-        dot = warp_sum(dot);
-        if (lane == 0) residual[p] = dot + bias_res[h];
-    }
+    residual_pairs(ctx, w_res, B,
+                   [&](int p, int h, float dot) { residual[p] = dot + bias_res[h]; });
 }
 
 // Backward: thread per VEC columns of the [N_HORIZONS*HIDDEN_DIM] row, looping over the block's

@@ -14,9 +14,10 @@ from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
 from .ops.reduce import ReduceAxis0, reduce_axis0
 from .ops.residual import PerHorizonResidual
+from .ops.resgate import ResidualGate
 from .step import HeadStep
 
 __version__ = "0.1.0"
 __all__ = ["AlphaGate", "FrdSoftmaxCE", "GpuUnavailableError", "HeadStep", "LaunchError",
-           "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "gpu_available",
-           "reduce_axis0", "synchronize", "__version__"]
+           "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "ResidualGate",
+           "gpu_available", "reduce_axis0", "synchronize", "__version__"]

@@ -136,3 +136,21 @@ def central_differences(loss: Callable[[], float], arrays: Mapping[str, np.ndarr
             worst_rel, worst_abs = max(worst_rel, min(rel, 1e30)), max(worst_abs, err)
     return {"passed": bool(ok), "max_rel_err_numgrad": worst_rel, "max_abs_err_numgrad": worst_abs,
             "probes": sum(len(v) for v in probes.values())}
+
+
+def resgate_forward(ctx: ArrayLike, w_res: ArrayLike, bias_res: ArrayLike, head: ArrayLike,
+                    alpha: ArrayLike, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """out[B,H] = head + tanh(alpha) * residual and residual[B,H], the residual and the gate
+    fused."""
+    residual = residual_forward(ctx, w_res, bias_res, dtype=dtype)
+    return gate_forward(head, residual, alpha, dtype=dtype), residual
+
+
+def resgate_backward(ctx: ArrayLike, w_res: ArrayLike, alpha: ArrayLike, residual: ArrayLike,
+                     grad_out: ArrayLike, dtype: type = np.float64
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """grad_w_res[H,D], grad_bias_res[H], grad_ctx[B,H,D], grad_head[B,H], grad_alpha[H]: the
+    gate's backward, then the residual's on its grad_residual."""
+    grad_head, grad_residual, grad_alpha = gate_backward(residual, alpha, grad_out, dtype=dtype)
+    grad_w_res, grad_bias_res, grad_ctx = residual_backward(ctx, w_res, grad_residual, dtype=dtype)
+    return grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha

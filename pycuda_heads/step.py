@@ -1,5 +1,5 @@
-"""The head's training step as one unit: the attention pool, the residual projection and the gate
-forward, then the backward chain gate -> residual -> pool, into buffers the step owns, on one
+"""The head's training step as one unit: the attention pool and the fused residual + gate
+forward, then the backward chain residual+gate -> pool, into buffers the step owns, on one
 stream. Because nothing moves between steps, the whole step can be captured as a CUDA graph and
 replayed with a single launch, which is what small batches need: there the GPU work is a few
 microseconds and the host's launches are the cost."""
@@ -10,9 +10,8 @@ from typing import Any, Mapping
 from .core.arrays import Arena, empty, memory_from
 from .core.device import cuda
 from .core.graph import Graph
-from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
-from .ops.residual import PerHorizonResidual
+from .ops.resgate import ResidualGate
 
 #: what the step reads, with named axes (B batch, K sequence, H horizons, D hidden)
 INPUTS = {"q_h": ("H", "D"), "ln": ("B", "K", "D"), "w_res": ("H", "D"), "bias_res": ("H",),
@@ -20,28 +19,27 @@ INPUTS = {"q_h": ("H", "D"), "ln": ("B", "K", "D"), "w_res": ("H", "D"), "bias_r
 
 
 class HeadStep:
-    """One forward + backward step of pool -> residual -> gate at a fixed shape.
+    """One forward + backward step of pool -> residual + gate at a fixed shape.
 
     Fill ``inputs`` (GPUArrays the step owns; ``grad_out`` is the gradient of the loss with
     respect to the gated output), then ``run()`` launches every kernel on ``stream``, or
     ``replay()`` launches the captured CUDA graph of the same step (captured on first use).
-    ``outputs`` holds ctx, attn, residual, out and every gradient; its buffers are the same
-    from step to step, overwritten by each.
+    ``outputs`` holds ctx, attn, residual, out and the gradient of every input; its buffers are
+    the same from step to step, overwritten by each.
     """
 
     def __init__(self, n_horizons: int, hidden_dim: int, batch: int, seq_len: int, *,
                  stream: Any = None, launch: Mapping[str, Any] | None = None) -> None:
         launch = dict(launch or {})
-        unknown = set(launch) - {"pool", "residual", "gate"}
+        unknown = set(launch) - {"pool", "resgate"}
         if unknown:
             raise ValueError(f"HeadStep: launch= has unknown ops {sorted(unknown)}; expected "
-                             f"keys among ['gate', 'pool', 'residual']")
+                             f"keys among ['pool', 'resgate']")
         for name, n in (("batch", batch), ("seq_len", seq_len)):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"HeadStep: {name} must be a positive int, got {n!r}")
         self.pool = PerHorizonAttentionPool(n_horizons, hidden_dim, launch=launch.get("pool"))
-        self.residual = PerHorizonResidual(n_horizons, hidden_dim, launch=launch.get("residual"))
-        self.gate = AlphaGate(n_horizons, launch=launch.get("gate"))
+        self.resgate = ResidualGate(n_horizons, hidden_dim, launch=launch.get("resgate"))
         dims = {"B": batch, "K": seq_len, "H": n_horizons, "D": hidden_dim}
         self.inputs = {name: empty(tuple(dims[a] for a in axes))
                        for name, axes in INPUTS.items()}
@@ -82,15 +80,12 @@ class HeadStep:
     def _launch(self, s: Any) -> dict[str, Any]:
         x = self.inputs
         ctx, attn = self.pool.forward(x["q_h"], x["ln"], stream=s)
-        residual = self.residual.forward(ctx, x["w_res"], x["bias_res"], stream=s)
-        out = self.gate.forward(x["head"], residual, x["alpha"], stream=s)
-        grad_head, grad_residual, grad_alpha = self.gate.backward(residual, x["alpha"],
-                                                                  x["grad_out"], stream=s)
-        grad_w_res, grad_bias_res, grad_ctx = self.residual.backward(ctx, x["w_res"],
-                                                                     grad_residual, stream=s)
+        out, residual = self.resgate.forward(ctx, x["w_res"], x["bias_res"], x["head"],
+                                             x["alpha"], stream=s)
+        grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha = self.resgate.backward(
+            ctx, x["w_res"], x["alpha"], residual, x["grad_out"], stream=s)
         grad_q_h, grad_ln = self.pool.backward(x["q_h"], x["ln"], attn, grad_ctx, stream=s)
         return {"ctx": ctx, "attn": attn, "residual": residual, "out": out,
-                "grad_head": grad_head, "grad_residual": grad_residual,
-                "grad_alpha": grad_alpha, "grad_w_res": grad_w_res,
+                "grad_head": grad_head, "grad_alpha": grad_alpha, "grad_w_res": grad_w_res,
                 "grad_bias_res": grad_bias_res, "grad_ctx": grad_ctx, "grad_q_h": grad_q_h,
                 "grad_ln": grad_ln}

@@ -19,10 +19,9 @@ import torch
 from .core.arrays import memory_from, wrap
 from .core.compile import capturing
 from .core.device import cuda, thread_context
+from .ops import resgate
 from .ops.frd import FrdSoftmaxCE
-from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
-from .ops.residual import PerHorizonResidual
 
 _F32 = np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
@@ -52,11 +51,15 @@ def device_array(t: torch.Tensor, name: str) -> Any:
 
 
 def as_tensor(arr: Any) -> torch.Tensor:
-    """A library output (allocated through ``_TorchMemory``) as a float32 tensor of its shape."""
-    base = arr.base
-    if isinstance(base, torch.Tensor) and base.data_ptr() == int(arr.gpudata):
-        return base[: arr.nbytes].view(torch.float32 if arr.dtype == _F32 else torch.int32) \
-            .view(arr.shape)
+    """A library output as a tensor of its shape over the same memory: a slice of the torch
+    bytes it was allocated in (``_TorchMemory``), or else through __cuda_array_interface__."""
+    root = arr.base
+    while root is not None and not isinstance(root, torch.Tensor):
+        root = getattr(root, "base", None)  # a view of a view of torch's bytes
+    if root is not None and root.dtype == torch.uint8:
+        at = int(arr.gpudata) - root.data_ptr()
+        return root[at: at + arr.nbytes].view(
+            torch.float32 if arr.dtype == _F32 else torch.int32).view(arr.shape)
     return torch.as_tensor(arr, device="cuda")  # e.g. grad_head, which is grad_out itself
 
 
@@ -117,30 +120,27 @@ class ResidualGateFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, c: torch.Tensor, w_res: torch.Tensor, bias_res: torch.Tensor,
-                head: torch.Tensor, alpha: torch.Tensor, residual_op: PerHorizonResidual,
-                gate_op: AlphaGate) -> torch.Tensor:
+                head: torch.Tensor, alpha: torch.Tensor, op: resgate.ResidualGate) -> torch.Tensor:
         with torch_order() as s:
-            residual = residual_op.forward(device_array(c, "ctx"), device_array(w_res, "w_res"),
-                                           device_array(bias_res, "bias_res"), stream=s)
-            out = gate_op.forward(device_array(head, "head"), residual,
-                                  device_array(alpha, "alpha"), stream=s)
-        ctx.ops = (residual_op, gate_op)
+            out, residual = op.forward(device_array(c, "ctx"), device_array(w_res, "w_res"),
+                                       device_array(bias_res, "bias_res"),
+                                       device_array(head, "head"), device_array(alpha, "alpha"),
+                                       stream=s)
+        ctx.op = op
         ctx.save_for_backward(c, w_res, alpha, as_tensor(residual))
         return as_tensor(out)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
         c, w_res, alpha, residual = ctx.saved_tensors
-        residual_op, gate_op = ctx.ops
         grad_out = grad_out.contiguous()
         with torch_order() as s:
-            _, grad_residual, grad_alpha = gate_op.backward(
-                device_array(residual, "residual"), device_array(alpha, "alpha"),
+            grad_w_res, grad_bias_res, grad_c, _, grad_alpha = ctx.op.backward(
+                device_array(c, "ctx"), device_array(w_res, "w_res"),
+                device_array(alpha, "alpha"), device_array(residual, "residual"),
                 device_array(grad_out, "grad_out"), stream=s)
-            grad_w_res, grad_bias_res, grad_c = residual_op.backward(
-                device_array(c, "ctx"), device_array(w_res, "w_res"), grad_residual, stream=s)
         return (as_tensor(grad_c), as_tensor(grad_w_res), as_tensor(grad_bias_res), grad_out,
-                as_tensor(grad_alpha), None, None)
+                as_tensor(grad_alpha), None)
 
 
 class FrdLossFunction(torch.autograd.Function):
@@ -185,10 +185,7 @@ class ResidualGate(torch.nn.Module):
 
     def __init__(self, n_horizons: int, hidden_dim: int, launch: Any = None) -> None:
         super().__init__()
-        launch = launch or {}
-        self.residual_op = PerHorizonResidual(n_horizons, hidden_dim,
-                                              launch=launch.get("residual"))
-        self.gate_op = AlphaGate(n_horizons, launch=launch.get("gate"))
+        self.op = resgate.ResidualGate(n_horizons, hidden_dim, launch=launch)
         self.w_res = torch.nn.Parameter(torch.randn(n_horizons, hidden_dim, device="cuda")
                                         / hidden_dim ** 0.5)
         self.bias_res = torch.nn.Parameter(torch.zeros(n_horizons, device="cuda"))
@@ -196,8 +193,7 @@ class ResidualGate(torch.nn.Module):
 
     def forward(self, ctx: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         return ResidualGateFunction.apply(ctx.contiguous(), self.w_res, self.bias_res,
-                                          head.contiguous(), self.alpha, self.residual_op,
-                                          self.gate_op)
+                                          head.contiguous(), self.alpha, self.op)
 
 
 class FrdLoss(torch.nn.Module):

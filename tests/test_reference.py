@@ -150,3 +150,28 @@ def test_float32_reference_is_the_same_math(rng):
     c32, _ = ref.pool_forward(q, ln, dtype=np.float32)
     assert c32.dtype == np.float32
     np.testing.assert_allclose(c32, c64, rtol=1e-4, atol=1e-5)
+
+
+def test_resgate_backward_matches_central_differences(rng):
+    b, h, d = 3, 4, 6
+    ctx, w, bias = rng.normal(size=(b, h, d)), rng.normal(size=(h, d)), rng.normal(size=h)
+    head, alpha = rng.normal(size=(b, h)), rng.uniform(-2, 2, size=h)
+    g = rng.normal(size=(b, h))
+
+    def loss():
+        return float((g * ref.resgate_forward(ctx, w, bias, head, alpha)[0]).sum())
+
+    _, residual = ref.resgate_forward(ctx, w, bias, head, alpha)
+    gw, gb, gctx, gh, ga = ref.resgate_backward(ctx, w, alpha, residual, g)
+    for analytic, x in ((gw, w), (gb, bias), (gctx, ctx), (gh, head), (ga, alpha)):
+        assert_close(analytic, numgrad(loss, x))
+
+
+def test_resgate_is_the_residual_then_the_gate_and_closed_is_the_head(rng):
+    ctx, w, bias = rng.normal(size=(4, 3, 8)), rng.normal(size=(3, 8)), rng.normal(size=3)
+    head, alpha = rng.normal(size=(4, 3)), rng.uniform(-2, 2, size=3)
+    out, residual = ref.resgate_forward(ctx, w, bias, head, alpha)
+    np.testing.assert_array_equal(residual, ref.residual_forward(ctx, w, bias))
+    np.testing.assert_array_equal(out, ref.gate_forward(head, residual, alpha))
+    closed, _ = ref.resgate_forward(ctx, w, bias, head, np.zeros(3))
+    np.testing.assert_array_equal(closed, head)

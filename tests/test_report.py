@@ -430,7 +430,7 @@ def test_bench_alone_gives_tables_and_names_the_rest(tmp_path: Path) -> None:
 # --- the torch peers (only where torch is installed; CPU) ------------------------------------
 
 PEER_SHAPES = {"pool": {"B": 3, "K": 7}, "residual": {"B": 5}, "gate": {"B": 6}, "frd": {"B": 40},
-               "reduce": {"N": 33, "M": 7}}
+               "reduce": {"N": 33, "M": 7}, "resgate": {"B": 5}}
 
 
 def test_every_benchmarked_kernel_declares_a_torch_peer() -> None:

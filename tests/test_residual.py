@@ -41,8 +41,9 @@ def test_chained_backward_accumulates_into_grad_ctx_without_a_new_buffer(monkeyp
 
     sizes = []
     real_empty = arrays.empty
-    monkeypatch.setattr("pycuda_heads.ops.residual.empty",
-                        lambda shape, *a: sizes.append(tuple(shape)) or real_empty(shape, *a))
+    record = lambda shape, *a: sizes.append(tuple(shape)) or real_empty(shape, *a)  # noqa: E731
+    monkeypatch.setattr("pycuda_heads.ops.residual.empty", record)
+    monkeypatch.setattr("pycuda_heads.core.arrays.empty", record)  # output_buffer's allocations
     _, _, returned = proj.backward(ctx, w, g_res, out=grad_ctx, accumulate=True)
     assert int(returned.gpudata) == int(grad_ctx.gpudata)
     # only 2-d buffers (per-block scratch rows and their sums): no [B, H, D] grad_ctx buffer

@@ -32,7 +32,7 @@ def expected(x):
     grad_w_res, grad_bias_res, grad_ctx = ref.residual_backward(ctx, x["w_res"], grad_residual)
     grad_q_h, grad_ln = ref.pool_backward(x["q_h"], x["ln"], attn, grad_ctx)
     return {"ctx": ctx, "attn": attn, "residual": residual, "out": out,
-            "grad_residual": grad_residual, "grad_alpha": grad_alpha, "grad_w_res": grad_w_res,
+            "grad_alpha": grad_alpha, "grad_w_res": grad_w_res,
             "grad_bias_res": grad_bias_res, "grad_ctx": grad_ctx, "grad_q_h": grad_q_h,
             "grad_ln": grad_ln}
 

@@ -110,6 +110,20 @@ def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, 
                     f"__cuda_array_interface__, got {type(x).__name__}")
 
 
+def output_buffer(out: Any, accumulate: bool, name: str, axes: Sequence[str],
+                  dims: MutableMapping[str, int]) -> Any:
+    """The array a kernel writes its ``axes``-shaped result into: a new one, or the caller's
+    device array ``out`` (in place; with ``accumulate`` the result is added to what it holds)."""
+    if out is None:
+        if accumulate:
+            raise ValueError(f"accumulate=True needs out= (the {name} buffer to add into)")
+        return empty(tuple(dims[a] for a in axes))
+    if not hasattr(out, "gpudata") and not hasattr(out, "__cuda_array_interface__"):
+        raise TypeError(f"out: expected a device array (GPUArray or CUDA array), got "
+                        f"{type(out).__name__}; a NumPy array cannot receive the result")
+    return as_device(out, "out", axes, dims)
+
+
 def check_aligned(vec: int, **arrays: Any) -> None:
     """Vector loads of ``vec`` floats need 4*vec-byte aligned base pointers."""
     if vec == 1:

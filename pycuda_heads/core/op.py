@@ -134,3 +134,16 @@ class Op:
             k = self._kernels[key] = get_kernel(self.FAMILY, f"{self.FAMILY}_{role}",
                                                 {**self.template, **params}, self.SOURCE_DIR)
         return k
+
+
+class HorizonOp(Op):
+    """An op over N_HORIZONS horizons of HIDDEN_DIM features; its arrays' H and D axes are
+    bound by those constants."""
+
+    def __init__(self, n_horizons: int, hidden_dim: int,
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
+        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
+
+    def _dims(self) -> dict[str, int]:
+        return {"H": self.n_horizons, "D": self.hidden_dim}

@@ -76,3 +76,16 @@ class KernelSpace:
                 raise ValueError(f"{self.kernel}: launch parameter {key}={value!r} is not one of "
                                  f"{list(self.params[key])}")
         return {**self.default, **partial}
+
+
+def residual_pairs_space(kernel: str) -> KernelSpace:
+    """The space of a kernel built on ``residual_pairs`` (heads_common.cuh): BLOCK threads, one
+    warp per (b, h) pair of ROWS batch rows, VEC floats per load; VEC divides the row and a
+    lane holds at most 32 floats of it."""
+    return KernelSpace(
+        kernel=kernel,
+        params={"BLOCK": (32, 64, 128, 256, 512), "ROWS": (1, 2, 4, 8, 16), "VEC": (1, 2, 4)},
+        default={"BLOCK": 128, "ROWS": 4, "VEC": 4},
+        restrictions=("HIDDEN_DIM % VEC == 0",
+                      "(HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC <= 32"),
+    )

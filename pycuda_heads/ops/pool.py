@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..core.arrays import as_device, check_aligned, empty
-from ..core.op import Op
+from ..core.op import HorizonOp
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
@@ -53,7 +53,7 @@ BACKWARD_SPACE = KernelSpace(
 _NULL = np.intp(0)  # grad_attn absent
 
 
-class PerHorizonAttentionPool(Op):
+class PerHorizonAttentionPool(HorizonOp):
     """ctx, attn = pool.forward(q_h, ln); grad_q_h, grad_ln = pool.backward(q_h, ln, attn, grad_ctx).
 
     ``launch={"forward": {...}, "backward": {...}}`` overrides the tuned or default launch
@@ -65,13 +65,9 @@ class PerHorizonAttentionPool(Op):
 
     def __init__(self, n_horizons: int, hidden_dim: int,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
-        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
-        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
+        super().__init__(n_horizons, hidden_dim, launch)
         self.scale = 1.0 / math.sqrt(hidden_dim)
         self._scale = np.float32(self.scale)
-
-    def _dims(self) -> dict[str, int]:
-        return {"H": self.n_horizons, "D": self.hidden_dim}
 
     def forward(self, q_h: Any, ln: Any, *, stream: Any = None) -> tuple[Any, Any]:
         """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``)."""

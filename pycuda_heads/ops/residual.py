@@ -7,19 +7,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty
-from ..core.op import Op
-from ..core.space import KernelSpace
+from ..core.arrays import as_device, check_aligned, empty, output_buffer
+from ..core.op import HorizonOp
+from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor
 from .reduce import reducer
 
-FORWARD_SPACE = KernelSpace(
-    kernel="residual.forward",
-    params={"BLOCK": (32, 64, 128, 256, 512), "ROWS": (1, 2, 4, 8, 16), "VEC": (1, 2, 4)},
-    default={"BLOCK": 128, "ROWS": 4, "VEC": 4},
-    restrictions=("HIDDEN_DIM % VEC == 0",
-                  "(HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC <= 32"),
-)
+FORWARD_SPACE = residual_pairs_space("residual.forward")
 
 BACKWARD_SPACE = KernelSpace(
     kernel="residual.backward",
@@ -29,20 +23,12 @@ BACKWARD_SPACE = KernelSpace(
 )
 
 
-class PerHorizonResidual(Op):
+class PerHorizonResidual(HorizonOp):
     """residual = proj.forward(ctx, w_res, bias_res);
     grad_w_res, grad_bias_res, grad_ctx = proj.backward(ctx, w_res, grad_residual)."""
 
     FAMILY = "residual"
     SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
-
-    def __init__(self, n_horizons: int, hidden_dim: int,
-                 launch: Mapping[str, Mapping[str, Any]] | None = None):
-        super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
-        self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
-
-    def _dims(self) -> dict[str, int]:
-        return {"H": self.n_horizons, "D": self.hidden_dim}
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, *, stream: Any = None) -> Any:
         """residual[B, H] as a GPUArray."""
@@ -72,15 +58,7 @@ class PerHorizonResidual(Op):
         w_res = as_device(w_res, "w_res", ("H", "D"), dims)
         grad_residual = as_device(grad_residual, "grad_residual", ("B", "H"), dims)
         b, h, d = dims["B"], dims["H"], dims["D"]
-        if accumulate and out is None:
-            raise ValueError("accumulate=True needs out= (the grad_ctx buffer to add into)")
-        if out is None:
-            out = empty((b, h, d))
-        else:
-            if not hasattr(out, "gpudata") and not hasattr(out, "__cuda_array_interface__"):
-                raise TypeError(f"out: expected a device array (GPUArray or CUDA array), got "
-                                f"{type(out).__name__}; a NumPy array cannot receive the result")
-            out = as_device(out, "out", ("B", "H", "D"), dims)
+        out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
         plan = self.plan("backward", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)

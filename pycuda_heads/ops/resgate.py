@@ -1,0 +1,174 @@
+"""The per-horizon residual and the alpha gate fused (cu/resgate.cu):
+residual[b,h] = w_res[h,:] . ctx[b,h,:] + bias_res[h] and out = head + tanh(alpha) * residual,
+forward in one kernel, backward in one kernel plus one reduce (none with a single row group)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import as_device, check_aligned, empty, output_buffer, wrap
+from ..core.op import HorizonOp
+from ..core.space import KernelSpace, residual_pairs_space
+from ..core.spec import KernelSpec, Tensor, uniform2
+from .reduce import reducer
+
+_F32 = np.dtype(np.float32)
+
+FORWARD_SPACE = residual_pairs_space("resgate.forward")
+
+# BLOCK * VEC columns per strip: BLOCK=32/VEC=4 or 64/VEC=2 cut a 5 x 128 row into 5 full strips.
+BACKWARD_SPACE = KernelSpace(
+    kernel="resgate.backward",
+    params={"BLOCK": (32, 64, 128, 256), "ROWS": (1, 4, 16, 64, 256), "VEC": (1, 2, 4),
+            "UNROLL": (1, 2, 4, 8)},
+    default={"BLOCK": 64, "ROWS": 16, "VEC": 2, "UNROLL": 4},
+    restrictions=("HIDDEN_DIM % VEC == 0", "UNROLL <= ROWS"),
+)
+
+
+class ResidualGate(HorizonOp):
+    """out, residual = rg.forward(ctx, w_res, bias_res, head, alpha);
+    grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha =
+        rg.backward(ctx, w_res, alpha, residual, grad_out).
+
+    The backward takes the forward's saved ``residual`` (B*H floats, against the B*H*D of ctx it
+    reads anyway) instead of recomputing it, which would need bias_res and a dot product per
+    (b, h) across the threads that split each row.
+    """
+
+    FAMILY = "resgate"
+    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+
+    def forward(self, ctx: Any, w_res: Any, bias_res: Any, head: Any, alpha: Any, *,
+                stream: Any = None) -> tuple[Any, Any]:
+        """out[B, H] and residual[B, H] (for the backward) as GPUArrays."""
+        dims = self._dims()
+        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
+        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
+        bias_res = as_device(bias_res, "bias_res", ("H",), dims)
+        head = as_device(head, "head", ("B", "H"), dims)
+        alpha = as_device(alpha, "alpha", ("H",), dims)
+        b = dims["B"]
+        plan = self.plan("forward", {"B": b}, lambda p: (
+            (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
+        check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
+        out, residual = empty((b, self.n_horizons)), empty((b, self.n_horizons))
+        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
+                    head.gpudata, alpha.gpudata, out.gpudata, residual.gpudata, np.int32(b),
+                    stream=stream)
+        return out, residual
+
+    def backward(self, ctx: Any, w_res: Any, alpha: Any, residual: Any, grad_out: Any, *,
+                 out: Any = None, accumulate: bool = False,
+                 stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
+        """grad_w_res[H, D], grad_bias_res[H], grad_ctx[B, H, D], grad_head[B, H] (grad_out
+        itself: the gate passes it through) and grad_alpha[H].
+
+        ``out`` (a device array [B, H, D]) receives grad_ctx in place; with ``accumulate=True``
+        the gradient is added to what ``out`` holds (the pool backward's grad_ctx input).
+        grad_w_res, grad_bias_res and grad_alpha are views of one device row.
+        """
+        dims = self._dims()
+        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
+        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
+        alpha = as_device(alpha, "alpha", ("H",), dims)
+        residual = as_device(residual, "residual", ("B", "H"), dims)
+        grad_out = as_device(grad_out, "grad_out", ("B", "H"), dims)
+        b, h, d = dims["B"], dims["H"], dims["D"]
+        out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
+        plan = self.plan("backward", {"B": b}, lambda p: (
+            (-(-b // p["ROWS"]), -(-h * d // (p["BLOCK"] * p["VEC"])), 1),
+            (p["BLOCK"], 1, 1), 0))
+        check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
+        groups = plan.grid[0]
+        cols = h * d + 2 * h  # scratch row: grad_w_res | grad_bias_res | grad_alpha
+        scratch = empty((groups, cols))
+        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, alpha.gpudata,
+                    residual.gpudata, grad_out.gpudata, scratch.gpudata, out.gpudata,
+                    np.int32(b), np.int32(bool(accumulate)), stream=stream)
+        # One row group wrote the final sums: no reduce launch (what keeps small B fast).
+        sums = scratch if groups == 1 else reducer().sum_rows(scratch, groups, cols, stream)
+        at = int(sums.gpudata)
+        return (wrap((h, d), _F32, at, sums), wrap((h,), _F32, at + 4 * h * d, sums), out,
+                grad_out, wrap((h,), _F32, at + 4 * (h * d + h), sums))
+
+
+def torch_forward(torch: Any, ctx: Any, w_res: Any, bias_res: Any, head: Any,
+                  alpha: Any) -> tuple[Any, Any]:
+    residual = torch.einsum("bhd,hd->bh", ctx, w_res) + bias_res
+    return head + torch.tanh(alpha) * residual, residual
+
+
+def torch_backward(torch: Any, ctx: Any, w_res: Any, alpha: Any, residual: Any,
+                   grad_out: Any) -> tuple[Any, ...]:
+    t = torch.tanh(alpha)
+    g = t * grad_out
+    return (torch.einsum("bh,bhd->hd", g, ctx), g.sum(dim=0), g.unsqueeze(-1) * w_res, grad_out,
+            (1 - t * t) * (grad_out * residual).sum(dim=0))
+
+
+def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """Central differences of loss = sum(g * out) at B=3 (8 ctx and 8 w_res entries, every
+    bias_res and alpha, 8 head entries) against the backward; a closed gate (alpha = 0) returns
+    the head bitwise and sends exactly zero gradient to ctx, w_res and bias_res."""
+    h, d, b = template["N_HORIZONS"], template["HIDDEN_DIM"], 3
+    rng = np.random.default_rng(2029)
+    x = {"ctx": rng.standard_normal((b, h, d), dtype=np.float32),
+         "w_res": rng.standard_normal((h, d), dtype=np.float32),
+         "bias_res": rng.standard_normal(h, dtype=np.float32),
+         "head": rng.standard_normal((b, h), dtype=np.float32),
+         "alpha": rng.uniform(-2, 2, h).astype(np.float32)}
+    g = rng.standard_normal((b, h), dtype=np.float32)
+    rg = make_op(template)
+
+    def loss() -> float:
+        out, _ = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], x["alpha"])
+        return float((g * out.get().astype(np.float64)).sum())
+
+    _, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], x["alpha"])
+    gw, gb, gctx, gh, ga = (a.get() for a in rg.backward(x["ctx"], x["w_res"], x["alpha"],
+                                                          residual, g))
+    analytic = {"ctx": gctx, "w_res": gw, "bias_res": gb, "head": gh, "alpha": ga}
+    probes = {"ctx": ref.random_indices(rng, (b, h, d), 8),
+              "w_res": ref.random_indices(rng, (h, d), 8),
+              "bias_res": [(i,) for i in range(h)], "head": ref.random_indices(rng, (b, h), 8),
+              "alpha": [(i,) for i in range(h)]}
+    parity = ref.central_differences(loss, x, analytic, probes)
+
+    shut = np.zeros(h, np.float32)
+    out, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], shut)
+    gw, gb, gctx, _, _ = (a.get() for a in rg.backward(x["ctx"], x["w_res"], shut, residual, g))
+    closed = (out.get().tobytes() == x["head"].tobytes()
+              and not gw.any() and not gb.any() and not gctx.any())
+    return {"parity_numgrad": parity, "closed_gate_bitwise": {"passed": bool(closed)}}
+
+
+TENSORS = {"ctx": Tensor(("B", "H", "D")), "w_res": Tensor(("H", "D")),
+           "bias_res": Tensor(("H",)), "head": Tensor(("B", "H")),
+           "alpha": Tensor(("H",), draw=uniform2), "out": Tensor(("B", "H")),
+           "residual": Tensor(("B", "H")), "grad_out": Tensor(("B", "H")),
+           "grad_w_res": Tensor(("H", "D")), "grad_bias_res": Tensor(("H",)),
+           "grad_ctx": Tensor(("B", "H", "D")), "grad_head": Tensor(("B", "H")),
+           "grad_alpha": Tensor(("H",))}
+SUITE = ({"B": 3}, {"B": 4096}, {"B": 65536})
+# B=1000: several row groups through the reduce; D=30: no vector loads wider than 2; H=1;
+# D=1 with 3 horizons: strips that hold several horizons' single columns.
+GRID = (({}, {"B": 1}), ({}, {"B": 7}), ({}, {"B": 1000}), ({"N_HORIZONS": 1}, {"B": 5}),
+        ({"HIDDEN_DIM": 30}, {"B": 50}), ({"HIDDEN_DIM": 256}, {"B": 9}),
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 1}, {"B": 40}))
+_COMMON_SPEC = dict(op=ResidualGate, template_keys=("N_HORIZONS", "HIDDEN_DIM"),
+                    tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
+
+SPECS = (
+    KernelSpec(id="resgate.forward", method="forward", space=FORWARD_SPACE,
+               reads=("ctx", "w_res", "bias_res", "head", "alpha"), writes=("out", "residual"),
+               reference=ref.resgate_forward, peer=torch_forward, **_COMMON_SPEC),
+    # grad_head is grad_out itself: the gate passes it through unchanged.
+    KernelSpec(id="resgate.backward", method="backward", space=BACKWARD_SPACE,
+               reads=("ctx", "w_res", "alpha", "residual", "grad_out"),
+               writes=("grad_w_res", "grad_bias_res", "grad_ctx", "grad_head", "grad_alpha"),
+               passthrough={"grad_head": "grad_out"}, reference=ref.resgate_backward,
+               peer=torch_backward, **_COMMON_SPEC),
+)
