@@ -100,7 +100,9 @@ class Op:
             if tuned and self._violated(space, params, shape):
                 params, source = dict(space.default), f"default (tuned entry cannot run {dict(shape)})"
             if not tuned or source.startswith("default"):
-                params = self._nearest_valid(space, params, shape)
+                # a default written for D % 4 == 0 must still serve D = 30
+                params = space.nearest(params, self.template,
+                                       {**shape, "MAX_SHARED_BYTES": self._max_shared})
         reason = self._violated(space, params, shape)
         if reason:
             need = space.shared_bytes(params, {**self.template, **shape}) if space.shared_bytes else 0
@@ -110,17 +112,6 @@ class Op:
                                 f"{self._max_shared} B)" if "SHARED" in reason else ""))
         log.debug("%s.%s %s: %s", type(self).__name__, role, dict(shape), source)
         return {"params": params, "source": source}
-
-    def _nearest_valid(self, space: KernelSpace, params: dict[str, Any],
-                       shape: Mapping[str, int]) -> dict[str, Any]:
-        """``params`` if this shape can run it, else the valid point sharing most knob values
-        (a default written for D % 4 == 0 must still serve D = 30)."""
-        if self._violated(space, params, shape) is None:
-            return params
-        valid = space.points(self.template, {**shape, "MAX_SHARED_BYTES": self._max_shared})
-        if not valid:
-            return params
-        return max(valid, key=lambda p: sum(p[k] == params[k] for k in p))
 
     def _violated(self, space: KernelSpace, params: Mapping[str, Any],
                   shape: Mapping[str, int]) -> str | None:

@@ -65,6 +65,18 @@ class KernelSpace:
                 out.append(point)
         return out
 
+    def nearest(self, point: Mapping[str, Any], env: Mapping[str, Any],
+                shape: Mapping[str, Any] | None = None) -> Point:
+        """``point`` if it is valid here, else the valid point sharing most knob values with it
+        (a default written for HIDDEN_DIM % 4 == 0 must still serve HIDDEN_DIM = 30); ``point``
+        itself when no point is valid."""
+        if self.violated(point, env, shape) is None:
+            return dict(point)
+        valid = self.points(env, shape)
+        if not valid:
+            return dict(point)
+        return max(valid, key=lambda p: sum(p[k] == point[k] for k in p))
+
     def complete(self, partial: Mapping[str, Any] | None) -> Point:
         """``partial`` filled in from the default; unknown knobs and values are errors."""
         partial = dict(partial or {})
