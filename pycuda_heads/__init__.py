@@ -8,13 +8,15 @@ Importing needs no GPU (PyCUDA is imported when the first op is constructed):
 """
 from .core.compile import LaunchError
 from .core.device import GpuUnavailableError, gpu_available
+from .ops.adam import Adam
 from .ops.frd import FrdSoftmaxCE
+from .ops.frdhead import FrdHead
 from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
 from .ops.reduce import ReduceAxis0, reduce_axis0
 from .ops.residual import PerHorizonResidual
 
 __version__ = "0.1.0"
-__all__ = ["AlphaGate", "FrdSoftmaxCE", "GpuUnavailableError", "LaunchError",
+__all__ = ["Adam", "AlphaGate", "FrdHead", "FrdSoftmaxCE", "GpuUnavailableError", "LaunchError",
            "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "gpu_available",
            "reduce_axis0", "__version__"]
