@@ -31,7 +31,6 @@ import numpy as np
 from . import records
 from . import reference as ref
 
-SMOKE_JSON = "smoke_training.json"
 LAMBDA_FRD = 0.5
 REFERENCE_STEPS, REFERENCE_RTOL = 3, 1e-4
 F32 = np.float32
@@ -214,7 +213,7 @@ def _cli(args: argparse.Namespace) -> int:
     result.update(gpu=device.gpu_name(), commit=records.git_state()["describe"],
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   passed=passed(result))
-    path = Path(args.out) / device.gpu_slug() / SMOKE_JSON
+    path = Path(args.out) / device.gpu_slug() / records.SMOKE_JSON
     records.write_json(path, result)
     print(f"loss {result['loss_first']:.4f} -> {result['loss_last']:.4f} in {result['steps']} "
           f"steps, nan {result['nan']}, bitwise rerun {result['bitwise_rerun']}, float64 match "
