@@ -10,9 +10,9 @@ from gpu_helpers import assert_variant_passes, grid_params, oracles
 
 pytestmark = pytest.mark.gpu
 KERNELS = ("frdhead.forward", "frdhead.grad_w2", "frdhead.grad_w1")
-# Tiles from one warp-row of 16 to 128 rows, thin and thick k-slices, chunks from one tile up.
-TILES = [{"BM": 16, "BK": 8}, {"BM": 64, "BK": 16}, {"BM": 128, "BK": 32}]
-CHUNKED = [{"BM": 16, "BK": 8, "CHUNK": 64}, {"BM": 64, "BK": 16, "CHUNK": 256},
+# Both tile heights, thin and thick k-slices, chunks from one tile up.
+TILES = [{"BM": 64, "BK": 8}, {"BM": 64, "BK": 16}, {"BM": 128, "BK": 32}]
+CHUNKED = [{"BM": 64, "BK": 8, "CHUNK": 64}, {"BM": 64, "BK": 16, "CHUNK": 256},
            {"BM": 128, "BK": 32, "CHUNK": 1024}]
 VARIANTS = [("frdhead.forward", p) for p in TILES] + [
     (k, p) for k in KERNELS[1:] for p in CHUNKED]

@@ -24,28 +24,34 @@ def _tiles16(n: int) -> int:
 
 
 def _ld(n: int) -> int:
-    """Shared row length of a staged operand of n columns (cu/frdhead.cu: LD)."""
+    """Shared row length of a right operand of n columns (cu/frdhead.cu: LD)."""
     return 16 * _tiles16(n) + 1
+
+
+def _lda(n: int) -> int:
+    """Shared row length of a left operand of n rows (cu/frdhead.cu: LDA)."""
+    return 64 * -(-n // 64) + 4
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     f, ha = env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"]
     k_hidden = -(-f // p["BK"]) * p["BK"]
-    return 4 * ((k_hidden + p["BK"]) * _ld(p["BM"]) + p["BK"] * _ld(max(f, ha)))
+    return 4 * ((k_hidden + p["BK"]) * _lda(p["BM"]) + p["BK"] * _ld(max(f, ha)))
 
 
 def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     ha = env["N_HORIZONS"] * env["N_ATOMS"]
-    return 8 * p["BK"] * _ld(max(ha, env["HIDDEN"] + 1, p["BM"]))
+    return 8 * p["BK"] * max(_lda(ha), _ld(env["HIDDEN"]), _lda(p["BM"]))
 
 
 def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return 8 * p["BK"] * _ld(max(env["HIDDEN"], env["D_IN"] + 1, p["BM"]))
+    return 8 * p["BK"] * max(_lda(env["HIDDEN"]), _ld(env["D_IN"]), _lda(p["BM"]))
 
 
-# Per-thread accumulators (rows x 16-column groups) the largest tile keeps in registers; beyond
-# about 80 the 255-register cap of a 256-thread block spills.
-_TILE = {"BM": (16, 32, 64, 128), "BK": (8, 16, 32)}
+# A thread owns BM/16 rows (read as float4s: BM a multiple of 64) of a tile. Per-thread
+# accumulators (rows x 16-column groups) stay at or below 80: beyond that the 255-register cap
+# of a 256-thread block spills.
+_TILE = {"BM": (64, 128), "BK": (8, 16, 32)}
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
@@ -60,14 +66,14 @@ _CHUNK_RULES = ("CHUNK % BM == 0", "CHUNK % BK == 0")
 GRAD_W2_SPACE = KernelSpace(
     kernel="frdhead.grad_w2", params=_GRAD, default={"BM": 64, "BK": 16, "CHUNK": 256},
     restrictions=(*_CHUNK_RULES,
-                  "((N_HORIZONS * N_ATOMS + 15) // 16) * ((HIDDEN + 16) // 16) <= 80",
+                  "4 * ((N_HORIZONS * N_ATOMS + 63) // 64) * ((HIDDEN + 15) // 16) <= 80",
                   "(BM // 16) * ((HIDDEN + 15) // 16) <= 80"),
     launch_restrictions=_LAUNCH,
     shared_bytes=grad_w2_shared_bytes)
 
 GRAD_W1_SPACE = KernelSpace(
     kernel="frdhead.grad_w1", params=_GRAD, default={"BM": 64, "BK": 16, "CHUNK": 256},
-    restrictions=(*_CHUNK_RULES, "((HIDDEN + 15) // 16) * ((D_IN + 16) // 16) <= 80",
+    restrictions=(*_CHUNK_RULES, "4 * ((HIDDEN + 63) // 64) * ((D_IN + 15) // 16) <= 80",
                   "(BM // 16) * ((D_IN + 15) // 16) <= 80"),
     launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
 
