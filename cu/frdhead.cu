@@ -253,43 +253,45 @@ __device__ __forceinline__ void chunk_weight_grad(const float* __restrict__ a,
     }
 }
 
-// F.3b: block per CHUNK rows: its dW2/db2 partial, then dhidden for its rows, BM at a time.
-// Dynamic shared memory: as and bs of SLICE_W2 words each.
+// One backward stage over the block's CHUNK rows of A[B][M] (zeroed where mask <= 0): the
+// weight and bias partials sum_r A[r]^T X[r], sum_r A[r] into scratch, then out[r] = A[r] . W (W is [M][N]) for its
+// rows, BM at a time. Dynamic shared memory: as and bs of SLICE words each.
+template <int M, int N, int SLICE>
+__device__ __forceinline__ void backward_stage(const float* __restrict__ a,
+                                               const float* __restrict__ x,
+                                               const float* __restrict__ w,
+                                               const float* __restrict__ mask,
+                                               float* __restrict__ scratch,
+                                               float* __restrict__ out, int B) {
+    extern __shared__ float smem[];
+    float* as = smem;
+    float* bs = smem + SLICE;
+    chunk_weight_grad<M, N>(a, x, mask, B, scratch, as, bs);
+    const int r1 = min(B, (int)(blockIdx.x + 1) * CHUNK);
+    for (int m0 = blockIdx.x * CHUNK; m0 < r1; m0 += BM) {
+        const int n_rows = min(BM, r1 - m0);
+        float acc[TM][TILES16(N)];
+        rows_times_w<N, M>(acc, a + (size_t)m0 * M, n_rows, w, as, bs,
+                           mask == nullptr ? nullptr : mask + (size_t)m0 * M);
+        store_rows<N>(out + (size_t)m0 * N, acc, n_rows);
+    }
+}
+
+// F.3b: dW2/db2 partials and dhidden = G w2.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 frdhead_grad_w2(const float* __restrict__ hidden, const float* __restrict__ w2,
                 const float* __restrict__ grad_logits, float* __restrict__ scratch,
                 float* __restrict__ dhidden, const int B)
 {
-    extern __shared__ float smem[];
-    float* as = smem;
-    float* bs = smem + SLICE_W2;
-    chunk_weight_grad<HA, HIDDEN>(grad_logits, hidden, nullptr, B, scratch, as, bs);
-    const int r1 = min(B, (int)(blockIdx.x + 1) * CHUNK);
-    for (int m0 = blockIdx.x * CHUNK; m0 < r1; m0 += BM) {
-        float acc[TM][TILES16(HIDDEN)];
-        rows_times_w<HIDDEN, HA>(acc, grad_logits + (size_t)m0 * HA, min(BM, r1 - m0), w2, as,
-                                 bs, nullptr);
-        store_rows<HIDDEN>(dhidden + (size_t)m0 * HIDDEN, acc, min(BM, r1 - m0));
-    }
+    backward_stage<HA, HIDDEN, SLICE_W2>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
 }
 
-// F.3c: block per CHUNK rows: its dW1/db1 partial, then dh_t for its rows, BM at a time; the
-// ReLU mask is applied as dhidden is staged. Dynamic shared memory: as and bs of SLICE_W1 words.
+// F.3c: dW1/db1 partials and dh_t = dpre w1; the ReLU mask is applied as dhidden is staged.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 frdhead_grad_w1(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ hidden, const float* __restrict__ dhidden,
                 float* __restrict__ scratch, float* __restrict__ grad_h_t, const int B)
 {
-    extern __shared__ float smem[];
-    float* as = smem;
-    float* bs = smem + SLICE_W1;
-    chunk_weight_grad<HIDDEN, D_IN>(dhidden, h_t, hidden, B, scratch, as, bs);
-    const int r1 = min(B, (int)(blockIdx.x + 1) * CHUNK);
-    for (int m0 = blockIdx.x * CHUNK; m0 < r1; m0 += BM) {
-        float acc[TM][TILES16(D_IN)];
-        rows_times_w<D_IN, HIDDEN>(acc, dhidden + (size_t)m0 * HIDDEN, min(BM, r1 - m0), w1, as,
-                                   bs, hidden + (size_t)m0 * HIDDEN);
-        store_rows<D_IN>(grad_h_t + (size_t)m0 * D_IN, acc, min(BM, r1 - m0));
-    }
+    backward_stage<HIDDEN, D_IN, SLICE_W1>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
 }
 #endif
