@@ -11,7 +11,9 @@
 // (as[k][i], bs[k][j]) and thread (tx, ty) of a 16 x 16 grid owns the outputs (ty * TI + i,
 // tx + 16 j) for i < TI (a multiple of 4), j < TJ: per k a warp reads its TI left values as
 // float4s of two addresses (broadcast) and 16 consecutive words of bs per j, so shared-memory
-// traffic stays below the FMA rate.
+// traffic stays below the FMA rate. Operand slices are double-buffered: slice k+1 is loaded
+// from global memory into registers while slice k is multiplied, then stored to the other
+// shared buffer, so one block per SM still overlaps its loads with its arithmetic.
 // Weight gradients: block c owns rows [c*CHUNK, (c+1)*CHUNK), sums them in a fixed order into
 // its scratch row (with the bias gradient: column sums of the staged left operand), and the
 // host adds the scratch rows with one reduce_axis0. No atomics; one writer per element.
@@ -34,43 +36,87 @@
 #define LDA(n) (16 * ROWS4(n) + 4)
 #define TM (BM / 16)
 #define IMAX(a, b) ((a) > (b) ? (a) : (b))
-// Words of one staged operand slice in the weight-gradient kernels (the Python launch computes
-// the same): wide enough for every operand either phase stages.
-#define SLICE_W2 (BK * IMAX(IMAX(LDA(HA), LD(HIDDEN)), LDA(BM)))
-#define SLICE_W1 (BK * IMAX(IMAX(LDA(HIDDEN), LD(D_IN)), LDA(BM)))
+#define PER_THREAD(n) ((BK * (n) + THREADS - 1) / THREADS)
 
-// dst[k * LDD + c] = src[k][c] (k < n_rows, c < WIDTH), optionally zeroed where mask <= 0;
-// rows past n_rows are 0 (slots past WIDTH feed only accumulators that are never stored).
+// Slice k0 = rows [k0, k0 + BK) of src[.][WIDTH] (rows >= end are 0; zeroed where
+// mask <= 0), stored as dst[k * LDD + c]. Slots past WIDTH feed only accumulators never stored.
 template <int WIDTH, int LDD>
-__device__ __forceinline__ void stage_rows(float* dst, const float* __restrict__ src, int n_rows,
-                                           const float* __restrict__ mask) {
-    for (int e = threadIdx.x; e < BK * WIDTH; e += THREADS) {
-        const int k = e / WIDTH, c = e % WIDTH;
-        float v = 0.f;
-        if (k < n_rows) {
-            v = src[(size_t)k * WIDTH + c];
-            if (mask != nullptr && !(mask[(size_t)k * WIDTH + c] > 0.f)) v = 0.f;
-        }
-        dst[k * LDD + c] = v;
-    }
-}
+struct RowSlices {
+    const float* __restrict__ src;
+    const float* __restrict__ mask;
+    int end;
+    float v[PER_THREAD(WIDTH)];
 
-// dst[k * LDD + m] = src[m][k0 + k] (m < n_rows, k0 + k < cols), optionally masked; zero
-// elsewhere in the BK x ROWS slice.
-template <int ROWS, int LDD>
-__device__ __forceinline__ void stage_cols(float* dst, const float* __restrict__ src, int cols,
-                                           int n_rows, int k0, const float* __restrict__ mask) {
-    for (int e = threadIdx.x; e < BK * ROWS; e += THREADS) {
-        const int k = e % BK, m = e / BK;
-        float v = 0.f;
-        if (m < n_rows && k0 + k < cols) {
-            const size_t at = (size_t)m * cols + k0 + k;
-            v = src[at];
-            if (mask != nullptr && !(mask[at] > 0.f)) v = 0.f;
+    __device__ __forceinline__ void load(int k0) {
+#pragma unroll
+        for (int u = 0; u < PER_THREAD(WIDTH); ++u) {
+            const int e = threadIdx.x + u * THREADS, k = e / WIDTH;
+            const size_t at = (size_t)(k0 + k) * WIDTH + e % WIDTH;
+            float x = 0.f;
+            if (e < BK * WIDTH && k0 + k < end) {
+                x = src[at];
+                if (mask != nullptr && !(mask[at] > 0.f)) x = 0.f;
+            }
+            v[u] = x;
         }
-        dst[k * LDD + m] = v;
     }
-}
+    __device__ __forceinline__ void store(float* dst) const {
+#pragma unroll
+        for (int u = 0; u < PER_THREAD(WIDTH); ++u) {
+            const int e = threadIdx.x + u * THREADS;
+            if (e < BK * WIDTH) dst[(e / WIDTH) * LDD + e % WIDTH] = v[u];
+        }
+    }
+    __device__ __forceinline__ const float* tile(const float* dst, int) const { return dst; }
+};
+
+// Slice k0 of the transpose of src[ROWS][cols]: dst[k * LDD + m] = src[m][k0 + k] for
+// m < n_rows and k0 + k < cols (zeroed where mask <= 0), 0 elsewhere in the BK x ROWS slice.
+template <int ROWS, int LDD>
+struct ColSlices {
+    const float* __restrict__ src;
+    const float* __restrict__ mask;
+    int cols, n_rows;
+    float v[PER_THREAD(ROWS)];
+
+    __device__ __forceinline__ void load(int k0) {
+#pragma unroll
+        for (int u = 0; u < PER_THREAD(ROWS); ++u) {
+            const int e = threadIdx.x + u * THREADS, k = e % BK, m = e / BK;
+            const size_t at = (size_t)m * cols + k0 + k;
+            float x = 0.f;
+            if (e < BK * ROWS && m < n_rows && k0 + k < cols) {
+                x = src[at];
+                if (mask != nullptr && !(mask[at] > 0.f)) x = 0.f;
+            }
+            v[u] = x;
+        }
+    }
+    __device__ __forceinline__ void store(float* dst) const {
+#pragma unroll
+        for (int u = 0; u < PER_THREAD(ROWS); ++u) {
+            const int e = threadIdx.x + u * THREADS;
+            if (e < BK * ROWS) dst[(e % BK) * LDD + e / BK] = v[u];
+        }
+    }
+    __device__ __forceinline__ const float* tile(const float* dst, int) const { return dst; }
+};
+
+// A left operand already in shared memory, k-major with rows of LDD (the forward's hidden tile).
+template <int LDD>
+struct Resident {
+    const float* base;
+
+    __device__ __forceinline__ void load(int) {}
+    __device__ __forceinline__ void store(float*) const {}
+    __device__ __forceinline__ const float* tile(const float*, int k0) const {
+        return base + k0 * LDD;
+    }
+};
+
+struct NoHook {
+    __device__ __forceinline__ void operator()(const float*) const {}
+};
 
 // acc[i][j] += sum_k as[k][ty * TI + i] * bs[k][tx + 16 j], k ascending (a fixed order).
 template <int TI, int TJ, int LDL, int LDR>
@@ -103,36 +149,30 @@ __device__ __forceinline__ void zero(float (&acc)[TI][TJ]) {
         for (int j = 0; j < TJ; ++j) acc[i][j] = 0.f;
 }
 
-// out[m][n] = A[m][:] . W[n][:] for the BM rows of A starting at a (n_rows of them live):
-// both operands are row-major with K contiguous and staged transposed.
-template <int N, int K>
-__device__ __forceinline__ void rows_times_wt(float (&acc)[TM][TILES16(N)],
-                                              const float* __restrict__ a, int n_rows,
-                                              const float* __restrict__ w, float* as, float* bs) {
+// acc = sum over the slices k0 in [k_begin, k_end) of a-slice x b-slice, slices in order.
+// as and bs hold two buffers of sa and sb words; hook sees each left slice after its products.
+template <int TI, int TJ, int LDL, int LDR, class A, class Bop, class Hook>
+__device__ __forceinline__ void gemm(float (&acc)[TI][TJ], A& a, Bop& b, int k_begin,
+                                     int k_end, float* as, int sa, float* bs, int sb,
+                                     Hook& hook) {
     zero(acc);
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        stage_cols<BM, LDA(BM)>(as, a, K, n_rows, k0, nullptr);
-        stage_cols<N, LD(N)>(bs, w, K, N, k0, nullptr);
+    a.load(k_begin);
+    b.load(k_begin);
+    int buf = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += BK, buf ^= 1) {
+        // buffer buf was last read two slices ago, before the barrier of the previous slice
+        a.store(as + buf * sa);
+        b.store(bs + buf * sb);
         __syncthreads();
-        mma_slice<TM, TILES16(N), LDA(BM), LD(N)>(acc, as, bs);
-        __syncthreads();
+        if (k0 + BK < k_end) {
+            a.load(k0 + BK);
+            b.load(k0 + BK);
+        }
+        const float* left = a.tile(as + buf * sa, k0);
+        mma_slice<TI, TJ, LDL, LDR>(acc, left, bs + buf * sb);
+        hook(left);
     }
-}
-
-// out[m][n] = A[m][:] . W[:][n] for the BM rows of A starting at a: W is [K][N] row-major.
-template <int N, int K>
-__device__ __forceinline__ void rows_times_w(float (&acc)[TM][TILES16(N)],
-                                             const float* __restrict__ a, int n_rows,
-                                             const float* __restrict__ w, float* as, float* bs,
-                                             const float* __restrict__ mask) {
-    zero(acc);
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        stage_cols<BM, LDA(BM)>(as, a, K, n_rows, k0, mask);
-        stage_rows<N, LD(N)>(bs, w + (size_t)k0 * N, min(BK, K - k0), nullptr);
-        __syncthreads();
-        mma_slice<TM, TILES16(N), LDA(BM), LD(N)>(acc, as, bs);
-        __syncthreads();
-    }
+    __syncthreads();  // the buffers are free again for the caller
 }
 
 template <int N>
@@ -150,10 +190,12 @@ __device__ __forceinline__ void store_rows(float* __restrict__ out, const float 
 
 #ifndef CHUNK
 #define K_HIDDEN (BK * ((HIDDEN + BK - 1) / BK))
+#define SLICE_A (BK * LDA(BM))
+#define SLICE_B (BK * LD(IMAX(HIDDEN, HA)))
 
 // Forward: block per BM rows. Layer 1 lands in shared memory k-major (hs[f][m]) and is the
-// staged left operand of layer 2 as it is. Dynamic shared memory:
-// hs[K_HIDDEN][LDA(BM)], as[BK][LDA(BM)], bs[BK][LD(max(HIDDEN, HA))].
+// left operand of layer 2 as it is. Dynamic shared memory (the Python launch computes the
+// same): hs[K_HIDDEN][LDA(BM)], then two left and two right slice buffers.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ b1, const float* __restrict__ w2,
@@ -163,13 +205,17 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
     extern __shared__ float smem[];
     float* hs = smem;
     float* as = hs + K_HIDDEN * LDA(BM);
-    float* bs = as + BK * LDA(BM);
+    float* bs = as + 2 * SLICE_A;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int r0 = blockIdx.x * BM;
     const int n_rows = min(BM, B - r0);
+    NoHook none;
     {
         float acc[TM][TILES16(HIDDEN)];
-        rows_times_wt<HIDDEN, D_IN>(acc, h_t + (size_t)r0 * D_IN, n_rows, w1, as, bs);
+        ColSlices<BM, LDA(BM)> a{h_t + (size_t)r0 * D_IN, nullptr, D_IN, n_rows};
+        ColSlices<HIDDEN, LD(HIDDEN)> w{w1, nullptr, D_IN, HIDDEN};
+        gemm<TM, TILES16(HIDDEN), LDA(BM), LD(HIDDEN)>(acc, a, w, 0, D_IN, as, SLICE_A, bs,
+                                                      SLICE_B, none);
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -186,13 +232,9 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
     for (int e = HIDDEN * LDA(BM) + threadIdx.x; e < K_HIDDEN * LDA(BM); e += THREADS) hs[e] = 0.f;
     __syncthreads();
     float acc[TM][TILES16(HA)];
-    zero(acc);
-    for (int k0 = 0; k0 < HIDDEN; k0 += BK) {
-        stage_cols<HA, LD(HA)>(bs, w2, HIDDEN, HA, k0, nullptr);
-        __syncthreads();
-        mma_slice<TM, TILES16(HA), LDA(BM), LD(HA)>(acc, hs + k0 * LDA(BM), bs);
-        __syncthreads();
-    }
+    Resident<LDA(BM)> a{hs};
+    ColSlices<HA, LD(HA)> w{w2, nullptr, HIDDEN, HA};
+    gemm<TM, TILES16(HA), LDA(BM), LD(HA)>(acc, a, w, 0, HIDDEN, as, SLICE_A, bs, SLICE_B, none);
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -204,75 +246,69 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
 }
 
 #else
-// The block's weight-gradient partial: P[m][n] = sum_r A[r][m] * X[r][n] and the bias
-// sum_r A[r][m] over its rows, k ascending; written to scratch[blockIdx.x] as M*N values then
-// the M bias sums.
-template <int M, int N>
-__device__ __forceinline__ void chunk_weight_grad(const float* __restrict__ a,
-                                                  const float* __restrict__ x,
-                                                  const float* __restrict__ mask, int B,
-                                                  float* __restrict__ scratch, float* as,
-                                                  float* bs) {
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
-    constexpr int BIAS = (M + THREADS - 1) / THREADS;
-    float acc[ROWS4(M)][TILES16(N)], bias[BIAS];
-    zero(acc);
+// Bias partials: column sums of each staged left slice [BK][M], k ascending.
+template <int M, int LDD>
+struct ColumnSums {
+    float v[(M + THREADS - 1) / THREADS];
+
+    __device__ __forceinline__ void operator()(const float* as) {
 #pragma unroll
-    for (int u = 0; u < BIAS; ++u) bias[u] = 0.f;
-    for (int k0 = r0; k0 < r1; k0 += BK) {
-        const int n_rows = min(BK, r1 - k0);
-        stage_rows<M, LDA(M)>(as, a + (size_t)k0 * M, n_rows,
-                              mask == nullptr ? nullptr : mask + (size_t)k0 * M);
-        stage_rows<N, LD(N)>(bs, x + (size_t)k0 * N, n_rows, nullptr);
-        __syncthreads();
-        mma_slice<ROWS4(M), TILES16(N), LDA(M), LD(N)>(acc, as, bs);
-#pragma unroll
-        for (int u = 0; u < BIAS; ++u) {
+        for (int u = 0; u < (M + THREADS - 1) / THREADS; ++u) {
             const int m = threadIdx.x + u * THREADS;
             if (m < M)
 #pragma unroll
-                for (int k = 0; k < BK; ++k) bias[u] += as[k * LDA(M) + m];
-        }
-        __syncthreads();
-    }
-    float* out = scratch + (size_t)blockIdx.x * (M * N + M);
-#pragma unroll
-    for (int i = 0; i < ROWS4(M); ++i) {
-        const int m = ty * ROWS4(M) + i;
-#pragma unroll
-        for (int j = 0; j < TILES16(N); ++j) {
-            const int n = tx + 16 * j;
-            if (m < M && n < N) out[m * N + n] = acc[i][j];
+                for (int k = 0; k < BK; ++k) v[u] += as[k * LDD + m];
         }
     }
-#pragma unroll
-    for (int u = 0; u < BIAS; ++u) {
-        const int m = threadIdx.x + u * THREADS;
-        if (m < M) out[M * N + m] = bias[u];
-    }
-}
+};
 
 // One backward stage over the block's CHUNK rows of A[B][M] (zeroed where mask <= 0): the
-// weight and bias partials sum_r A[r]^T X[r], sum_r A[r] into scratch, then out[r] = A[r] . W (W is [M][N]) for its
-// rows, BM at a time. Dynamic shared memory: as and bs of SLICE words each.
-template <int M, int N, int SLICE>
+// weight and bias partials sum_r A[r]^T X[r] and sum_r A[r] into scratch[blockIdx.x] (M*N
+// values, then M), then out[r] = A[r] . W (W is [M][N]) for its rows, BM at a time.
+// Dynamic shared memory (the Python launch computes the same): two left slice buffers of
+// BK * max(LDA(M), LDA(BM)) words, then two right ones of BK * LD(N).
+template <int M, int N>
 __device__ __forceinline__ void backward_stage(const float* __restrict__ a,
                                                const float* __restrict__ x,
                                                const float* __restrict__ w,
                                                const float* __restrict__ mask,
                                                float* __restrict__ scratch,
                                                float* __restrict__ out, int B) {
+    constexpr int sa = BK * IMAX(LDA(M), LDA(BM)), sb = BK * LD(N);
     extern __shared__ float smem[];
     float* as = smem;
-    float* bs = smem + SLICE;
-    chunk_weight_grad<M, N>(a, x, mask, B, scratch, as, bs);
-    const int r1 = min(B, (int)(blockIdx.x + 1) * CHUNK);
-    for (int m0 = blockIdx.x * CHUNK; m0 < r1; m0 += BM) {
+    float* bs = smem + 2 * sa;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
+    {
+        float acc[ROWS4(M)][TILES16(N)];
+        RowSlices<M, LDA(M)> left{a, mask, r1};
+        RowSlices<N, LD(N)> right{x, nullptr, r1};
+        ColumnSums<M, LDA(M)> bias{};
+        gemm<ROWS4(M), TILES16(N), LDA(M), LD(N)>(acc, left, right, r0, r1, as, sa, bs, sb,
+                                                   bias);
+        float* part = scratch + (size_t)blockIdx.x * (M * N + M);
+#pragma unroll
+        for (int i = 0; i < ROWS4(M); ++i)
+#pragma unroll
+            for (int j = 0; j < TILES16(N); ++j) {
+                const int m = ty * ROWS4(M) + i, n = tx + 16 * j;
+                if (m < M && n < N) part[m * N + n] = acc[i][j];
+            }
+#pragma unroll
+        for (int u = 0; u < (M + THREADS - 1) / THREADS; ++u) {
+            const int m = threadIdx.x + u * THREADS;
+            if (m < M) part[M * N + m] = bias.v[u];
+        }
+    }
+    NoHook none;
+    for (int m0 = r0; m0 < r1; m0 += BM) {
         const int n_rows = min(BM, r1 - m0);
         float acc[TM][TILES16(N)];
-        rows_times_w<N, M>(acc, a + (size_t)m0 * M, n_rows, w, as, bs,
-                           mask == nullptr ? nullptr : mask + (size_t)m0 * M);
+        ColSlices<BM, LDA(BM)> left{a + (size_t)m0 * M,
+                                    mask == nullptr ? nullptr : mask + (size_t)m0 * M, M, n_rows};
+        RowSlices<N, LD(N)> right{w, nullptr, M};
+        gemm<TM, TILES16(N), LDA(BM), LD(N)>(acc, left, right, 0, M, as, sa, bs, sb, none);
         store_rows<N>(out + (size_t)m0 * N, acc, n_rows);
     }
 }
@@ -283,7 +319,7 @@ frdhead_grad_w2(const float* __restrict__ hidden, const float* __restrict__ w2,
                 const float* __restrict__ grad_logits, float* __restrict__ scratch,
                 float* __restrict__ dhidden, const int B)
 {
-    backward_stage<HA, HIDDEN, SLICE_W2>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
+    backward_stage<HA, HIDDEN>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
 }
 
 // F.3c: dW1/db1 partials and dh_t = dpre w1; the ReLU mask is applied as dhidden is staged.
@@ -292,6 +328,6 @@ frdhead_grad_w1(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ hidden, const float* __restrict__ dhidden,
                 float* __restrict__ scratch, float* __restrict__ grad_h_t, const int B)
 {
-    backward_stage<HIDDEN, D_IN, SLICE_W1>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
+    backward_stage<HIDDEN, D_IN>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
 }
 #endif

@@ -34,18 +34,23 @@ def _lda(n: int) -> int:
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    f, ha = env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"]
-    k_hidden = -(-f // p["BK"]) * p["BK"]
-    return 4 * ((k_hidden + p["BK"]) * _lda(p["BM"]) + p["BK"] * _ld(max(f, ha)))
+    """The hidden tile, then two left and two right slice buffers."""
+    f, ha, bk = env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BK"]
+    k_hidden = -(-f // bk) * bk
+    return 4 * (k_hidden * _lda(p["BM"]) + 2 * bk * _lda(p["BM"]) + 2 * bk * _ld(max(f, ha)))
+
+
+def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int) -> int:
+    """A backward stage over A[B, m]: two left and two right slice buffers."""
+    return 8 * p["BK"] * (max(_lda(m), _lda(p["BM"])) + _ld(n))
 
 
 def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    ha = env["N_HORIZONS"] * env["N_ATOMS"]
-    return 8 * p["BK"] * max(_lda(ha), _ld(env["HIDDEN"]), _lda(p["BM"]))
+    return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["HIDDEN"])
 
 
 def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return 8 * p["BK"] * max(_lda(env["HIDDEN"]), _ld(env["D_IN"]), _lda(p["BM"]))
+    return _stage_shared_bytes(p, env["HIDDEN"], env["D_IN"])
 
 
 # A thread owns BM/16 rows (read as float4s: BM a multiple of 64) of a tile. Per-thread
@@ -60,7 +65,8 @@ FORWARD_SPACE = KernelSpace(
                   "(BM // 16) * ((N_HORIZONS * N_ATOMS + 15) // 16) <= 80"),
     launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 
-_GRAD = {**_TILE, "CHUNK": (64, 128, 256, 512, 1024)}
+# BK=32 double-buffered with the weight-gradient tiles needs more than 255 registers.
+_GRAD = {**_TILE, "BK": (8, 16), "CHUNK": (64, 128, 256, 512, 1024)}
 _CHUNK_RULES = ("CHUNK % BM == 0", "CHUNK % BK == 0")
 
 GRAD_W2_SPACE = KernelSpace(
