@@ -38,22 +38,30 @@
 #define IMAX(a, b) ((a) > (b) ? (a) : (b))
 #define PER_THREAD(n) ((BK * (n) + THREADS - 1) / THREADS)
 
-// Slice k0 = rows [k0, k0 + BK) of src[.][WIDTH] (rows >= end are 0; zeroed where
-// mask <= 0), stored as dst[k * LDD + c]. Slots past WIDTH feed only accumulators never stored.
-template <int WIDTH, int LDD>
-struct RowSlices {
+// A staged operand. Slice k0 is the BK x EXTENT block dst[k * LDD + c] of the row-major src
+// (rows of `stride` floats, live below row_end x col_end, zeroed where mask <= 0): with
+// ALONG_ROWS, src row k0 + k and column c; otherwise the transpose, src row c and column k0 + k.
+// Either way consecutive threads read consecutive floats of a src row. Slots past EXTENT feed
+// only accumulators that are never stored.
+template <int EXTENT, int LDD, bool ALONG_ROWS>
+struct Slices {
     const float* __restrict__ src;
     const float* __restrict__ mask;
-    int end;
-    float v[PER_THREAD(WIDTH)];
+    int stride, row_end, col_end;
+    float v[PER_THREAD(EXTENT)];
+
+    __device__ __forceinline__ static int k_of(int e) { return ALONG_ROWS ? e / EXTENT : e % BK; }
+    __device__ __forceinline__ static int c_of(int e) { return ALONG_ROWS ? e % EXTENT : e / BK; }
 
     __device__ __forceinline__ void load(int k0) {
 #pragma unroll
-        for (int u = 0; u < PER_THREAD(WIDTH); ++u) {
-            const int e = threadIdx.x + u * THREADS, k = e / WIDTH;
-            const size_t at = (size_t)(k0 + k) * WIDTH + e % WIDTH;
+        for (int u = 0; u < PER_THREAD(EXTENT); ++u) {
+            const int e = threadIdx.x + u * THREADS;
+            const int row = ALONG_ROWS ? k0 + k_of(e) : c_of(e);
+            const int col = ALONG_ROWS ? c_of(e) : k0 + k_of(e);
+            const size_t at = (size_t)row * stride + col;
             float x = 0.f;
-            if (e < BK * WIDTH && k0 + k < end) {
+            if (e < BK * EXTENT && row < row_end && col < col_end) {
                 x = src[at];
                 if (mask != nullptr && !(mask[at] > 0.f)) x = 0.f;
             }
@@ -62,41 +70,9 @@ struct RowSlices {
     }
     __device__ __forceinline__ void store(float* dst) const {
 #pragma unroll
-        for (int u = 0; u < PER_THREAD(WIDTH); ++u) {
+        for (int u = 0; u < PER_THREAD(EXTENT); ++u) {
             const int e = threadIdx.x + u * THREADS;
-            if (e < BK * WIDTH) dst[(e / WIDTH) * LDD + e % WIDTH] = v[u];
-        }
-    }
-    __device__ __forceinline__ const float* tile(const float* dst, int) const { return dst; }
-};
-
-// Slice k0 of the transpose of src[ROWS][cols]: dst[k * LDD + m] = src[m][k0 + k] for
-// m < n_rows and k0 + k < cols (zeroed where mask <= 0), 0 elsewhere in the BK x ROWS slice.
-template <int ROWS, int LDD>
-struct ColSlices {
-    const float* __restrict__ src;
-    const float* __restrict__ mask;
-    int cols, n_rows;
-    float v[PER_THREAD(ROWS)];
-
-    __device__ __forceinline__ void load(int k0) {
-#pragma unroll
-        for (int u = 0; u < PER_THREAD(ROWS); ++u) {
-            const int e = threadIdx.x + u * THREADS, k = e % BK, m = e / BK;
-            const size_t at = (size_t)m * cols + k0 + k;
-            float x = 0.f;
-            if (e < BK * ROWS && m < n_rows && k0 + k < cols) {
-                x = src[at];
-                if (mask != nullptr && !(mask[at] > 0.f)) x = 0.f;
-            }
-            v[u] = x;
-        }
-    }
-    __device__ __forceinline__ void store(float* dst) const {
-#pragma unroll
-        for (int u = 0; u < PER_THREAD(ROWS); ++u) {
-            const int e = threadIdx.x + u * THREADS;
-            if (e < BK * ROWS) dst[(e % BK) * LDD + e / BK] = v[u];
+            if (e < BK * EXTENT) dst[k_of(e) * LDD + c_of(e)] = v[u];
         }
     }
     __device__ __forceinline__ const float* tile(const float* dst, int) const { return dst; }
@@ -212,8 +188,8 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
     NoHook none;
     {
         float acc[TM][TILES16(HIDDEN)];
-        ColSlices<BM, LDA(BM)> a{h_t + (size_t)r0 * D_IN, nullptr, D_IN, n_rows};
-        ColSlices<HIDDEN, LD(HIDDEN)> w{w1, nullptr, D_IN, HIDDEN};
+        Slices<BM, LDA(BM), false> a{h_t + (size_t)r0 * D_IN, nullptr, D_IN, n_rows, D_IN};
+        Slices<HIDDEN, LD(HIDDEN), false> w{w1, nullptr, D_IN, HIDDEN, D_IN};
         gemm<TM, TILES16(HIDDEN), LDA(BM), LD(HIDDEN)>(acc, a, w, 0, D_IN, as, SLICE_A, bs,
                                                       SLICE_B, none);
 #pragma unroll
@@ -233,7 +209,7 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
     __syncthreads();
     float acc[TM][TILES16(HA)];
     Resident<LDA(BM)> a{hs};
-    ColSlices<HA, LD(HA)> w{w2, nullptr, HIDDEN, HA};
+    Slices<HA, LD(HA), false> w{w2, nullptr, HIDDEN, HA, HIDDEN};
     gemm<TM, TILES16(HA), LDA(BM), LD(HA)>(acc, a, w, 0, HIDDEN, as, SLICE_A, bs, SLICE_B, none);
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -282,8 +258,8 @@ __device__ __forceinline__ void backward_stage(const float* __restrict__ a,
     const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
     {
         float acc[ROWS4(M)][TILES16(N)];
-        RowSlices<M, LDA(M)> left{a, mask, r1};
-        RowSlices<N, LD(N)> right{x, nullptr, r1};
+        Slices<M, LDA(M), true> left{a, mask, M, r1, M};
+        Slices<N, LD(N), true> right{x, nullptr, N, r1, N};
         ColumnSums<M, LDA(M)> bias{};
         gemm<ROWS4(M), TILES16(N), LDA(M), LD(N)>(acc, left, right, r0, r1, as, sa, bs, sb,
                                                    bias);
@@ -305,9 +281,10 @@ __device__ __forceinline__ void backward_stage(const float* __restrict__ a,
     for (int m0 = r0; m0 < r1; m0 += BM) {
         const int n_rows = min(BM, r1 - m0);
         float acc[TM][TILES16(N)];
-        ColSlices<BM, LDA(BM)> left{a + (size_t)m0 * M,
-                                    mask == nullptr ? nullptr : mask + (size_t)m0 * M, M, n_rows};
-        RowSlices<N, LD(N)> right{w, nullptr, M};
+        Slices<BM, LDA(BM), false> left{a + (size_t)m0 * M,
+                                        mask == nullptr ? nullptr : mask + (size_t)m0 * M, M,
+                                        n_rows, M};
+        Slices<N, LD(N), true> right{w, nullptr, N, M, N};
         gemm<TM, TILES16(N), LDA(BM), LD(N)>(acc, left, right, 0, M, as, sa, bs, sb, none);
         store_rows<N>(out + (size_t)m0 * N, acc, n_rows);
     }
