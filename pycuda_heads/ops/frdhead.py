@@ -180,9 +180,10 @@ def draw_hidden(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int])
 
 def draw_grad_logits(rng: np.random.Generator, shape: tuple,
                      dims: Mapping[str, int]) -> np.ndarray:
-    """Normal draws / B, with the middle row zero: a row whose labels are all -1."""
+    """Normal draws / B, with the middle row zero from B = 3 on: a row whose labels are all -1."""
     g = rng.standard_normal(shape, dtype=np.float32) / np.float32(shape[0])
-    g[shape[0] // 2] = 0
+    if shape[0] >= 3:
+        g[shape[0] // 2] = 0
     return g
 
 
