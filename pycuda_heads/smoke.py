@@ -84,7 +84,7 @@ def batch(cfg: Config, teach: dict[str, np.ndarray], step: int) -> dict[str, np.
     labels = logits.argmax(axis=-1).astype(np.int32)
     if step == cfg.steps - 1:
         for hz in range(h):
-            labels[b - (hz + 1) * cfg.sentinel_rows:, hz] = -1
+            labels[max(0, b - (hz + 1) * cfg.sentinel_rows):, hz] = -1
     return {"ln": ln, "h_t": h_t, "base": base, "y": y.astype(F32), "labels": labels}
 
 
