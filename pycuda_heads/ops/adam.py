@@ -56,8 +56,8 @@ class Adam(Op):
         self.kernel("step", params)(
             (-(-n // per_block), 1, 1), (params["BLOCK"], 1, 1),
             *(flat[k].gpudata for k in ("param", "grad", "m", "v")), *(o.gpudata for o in out),
-            np.int32(n), *(np.float32(s) for s in (self.lr, self.beta1, self.beta2, self.eps,
-                                                   bc1, bc2)))
+            np.int32(n), *(np.float32(s) for s in (self.lr, self.beta1, self.beta2, 1 - self.beta1,
+                                                   1 - self.beta2, self.eps, bc1, bc2)))
         return out
 
 
