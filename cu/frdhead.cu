@@ -22,7 +22,7 @@
 // them over the forward).
 #include "heads_common.cuh"
 
-// Every kernel is launched with __launch_bounds__(THREADS, 1): a bound of one block per SM lifts
+// Every kernel is declared __launch_bounds__(THREADS, 1): a bound of one block per SM lifts
 // ptxas's register target, which otherwise caps these register tiles at 128 and spills on sm_90.
 #define THREADS 256
 #define HA (N_HORIZONS * N_ATOMS)
