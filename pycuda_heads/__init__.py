@@ -9,7 +9,9 @@ Importing needs no GPU (PyCUDA is imported when the first op is constructed):
 from .core.compile import LaunchError
 from .core.deferred import synchronize
 from .core.device import GpuUnavailableError, gpu_available
+from .ops.adam import Adam
 from .ops.frd import FrdSoftmaxCE
+from .ops.frdhead import FrdHead
 from .ops.gate import AlphaGate
 from .ops.pool import PerHorizonAttentionPool
 from .ops.reduce import ReduceAxis0, reduce_axis0
@@ -18,6 +20,6 @@ from .ops.resgate import ResidualGate
 from .step import HeadStep
 
 __version__ = "0.1.0"
-__all__ = ["AlphaGate", "FrdSoftmaxCE", "GpuUnavailableError", "HeadStep", "LaunchError",
-           "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "ResidualGate",
-           "gpu_available", "reduce_axis0", "synchronize", "__version__"]
+__all__ = ["Adam", "AlphaGate", "FrdHead", "FrdSoftmaxCE", "GpuUnavailableError", "HeadStep",
+           "LaunchError", "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0",
+           "ResidualGate", "gpu_available", "reduce_axis0", "synchronize", "__version__"]

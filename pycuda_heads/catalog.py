@@ -14,7 +14,7 @@ from .core.spec import Dims, KernelSpec
 from .records import FWD_BWD
 
 # The model size every suite shape is measured at.
-SUITE_TEMPLATE = {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "N_ATOMS": 21}
+SUITE_TEMPLATE = {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "N_ATOMS": 21, "D_IN": 128, "HIDDEN": 128}
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Catalog:
 
     def bench_cases(self) -> list[BenchCase]:
         """Per family and suite shape: each kernel's pass, then fwd+bwd where the family has a
-        forward and a backward."""
+        forward and backward stages (every other kernel, in declaration order)."""
         out = []
         for family, specs in self.families().items():
             shapes = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
@@ -86,9 +86,9 @@ class Catalog:
                 shape = dict(items)
                 for k in specs:
                     out.append(BenchCase(family, k.pass_name, shape, (k,)))
-                if "forward" in roles and "backward" in roles:
-                    out.append(BenchCase(family, FWD_BWD, shape,
-                                         (roles["forward"], roles["backward"])))
+                if "forward" in roles and len(specs) > 1:
+                    backward = tuple(k for k in specs if k.role != "forward")
+                    out.append(BenchCase(family, FWD_BWD, shape, (roles["forward"], *backward)))
         return out
 
     def family_inputs(self, family: str, template: Mapping[str, int], shape: Dims,

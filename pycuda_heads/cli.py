@@ -1,5 +1,5 @@
 """The ``pycuda-heads`` command: check, validate, tune, sweep, export, efficiency, bench,
-report."""
+smoke, report."""
 from __future__ import annotations
 
 import argparse
@@ -12,11 +12,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pycuda-heads", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
     sub = parser.add_subparsers(dest="command", required=True)
+    from . import smoke
     from .perf import bench
     from .report import build
     from .tuning import cli as tuning_cli
     from .verify import static_check, validation
-    for module in (static_check, validation, tuning_cli, bench, build):
+    for module in (static_check, validation, tuning_cli, bench, smoke, build):
         module.register(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

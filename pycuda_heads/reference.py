@@ -154,3 +154,54 @@ def resgate_backward(ctx: ArrayLike, w_res: ArrayLike, alpha: ArrayLike, residua
     grad_head, grad_residual, grad_alpha = gate_backward(residual, alpha, grad_out, dtype=dtype)
     grad_w_res, grad_bias_res, grad_ctx = residual_backward(ctx, w_res, grad_residual, dtype=dtype)
     return grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha
+
+
+def frdhead_forward(h_t: ArrayLike, w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike,
+                    dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """hidden[B,F] = ReLU(h_t w1^T + b1) and logits[B,H,A] = hidden w2^T + b2, with w2 [H,A,F]
+    (the [H*A, F] matrix viewed per horizon) and b2 [H,A]."""
+    h_t, w1, b1, w2, b2 = _cast(dtype, h_t, w1, b1, w2, b2)
+    hidden = np.maximum(h_t @ w1.T + b1, 0)
+    h, a, f = w2.shape
+    return hidden, (hidden @ w2.reshape(h * a, f).T + b2.reshape(-1)).reshape(-1, h, a)
+
+
+def frdhead_grad_w2(hidden: ArrayLike, w2: ArrayLike, grad_logits: ArrayLike,
+                    dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """F.3b: grad_w2[H,A,F] = grad_logits^T hidden, grad_b2[H,A] = sum_b grad_logits and
+    dhidden[B,F] = grad_logits w2."""
+    hidden, w2, g = _cast(dtype, hidden, w2, grad_logits)
+    h, a, f = w2.shape
+    g2 = g.reshape(-1, h * a)
+    return ((g2.T @ hidden).reshape(h, a, f), g.sum(axis=0), g2 @ w2.reshape(h * a, f))
+
+
+def frdhead_grad_w1(h_t: ArrayLike, w1: ArrayLike, hidden: ArrayLike, dhidden: ArrayLike,
+                    dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """F.3c: dpre = dhidden where the unit is active (hidden = ReLU(pre) > 0, i.e. pre > 0),
+    else 0; grad_w1[F,D_in] = dpre^T h_t, grad_b1[F] = sum_b dpre, grad_h_t[B,D_in] = dpre w1."""
+    h_t, w1, hidden, dhidden = _cast(dtype, h_t, w1, hidden, dhidden)
+    dpre = np.where(hidden > 0, dhidden, 0)
+    return dpre.T @ h_t, dpre.sum(axis=0), dpre @ w1
+
+
+def frdhead_loss(h_t: ArrayLike, w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike,
+                 labels: ArrayLike) -> float:
+    """The FRD head's scalar loss sum(ce) / B, whose gradients the two backward stages give."""
+    return frd_loss(frdhead_forward(h_t, w1, b1, w2, b2)[1], labels)
+
+
+# Adam's default hyperparameters (PyTorch's).
+ADAM_LR, ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 1e-3, 0.9, 0.999, 1e-8
+
+
+def adam_step(param: ArrayLike, grad: ArrayLike, m: ArrayLike, v: ArrayLike, t: int,
+              lr: float = ADAM_LR, beta1: float = ADAM_BETA1, beta2: float = ADAM_BETA2,
+              eps: float = ADAM_EPS, dtype: type = np.float64
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step ``t`` (from 1) of bias-corrected Adam: the new param, m and v."""
+    param, grad, m, v = _cast(dtype, param, grad, m, v)
+    bc1, bc2 = dtype(1 - beta1 ** t), dtype(1 - beta2 ** t)
+    m = dtype(beta1) * m + dtype(1 - beta1) * grad
+    v = dtype(beta2) * v + dtype(1 - beta2) * grad * grad
+    return param - dtype(lr) * (m / bc1) / (np.sqrt(v / bc2) + dtype(eps)), m, v

@@ -175,3 +175,49 @@ def test_resgate_is_the_residual_then_the_gate_and_closed_is_the_head(rng):
     np.testing.assert_array_equal(out, ref.gate_forward(head, residual, alpha))
     closed, _ = ref.resgate_forward(ctx, w, bias, head, np.zeros(3))
     np.testing.assert_array_equal(closed, head)
+
+
+def _frdhead_inputs(rng, b=4, d=6, f=7, h=2, a=5):
+    return (rng.normal(size=(b, d)), rng.normal(size=(f, d)), rng.normal(size=f),
+            rng.normal(size=(h, a, f)), rng.normal(size=(h, a)))
+
+
+def test_frdhead_gradients_match_central_differences(rng):
+    h_t, w1, b1, w2, b2 = x = _frdhead_inputs(rng)
+    labels = rng.integers(-1, 5, size=(4, 2)).astype(np.int32)
+    labels[0] = -1
+    pre = h_t @ w1.T + b1
+    assert np.abs(pre).min() > 1e-3 and (pre < 0).any()  # no probe crosses a ReLU kink
+
+    def loss():
+        return ref.frdhead_loss(*x, labels)
+
+    hidden, logits = ref.frdhead_forward(*x)
+    grad_logits, _ = ref.frd_softmax_ce_grad(logits, labels)
+    gw2, gb2, dhidden = ref.frdhead_grad_w2(hidden, w2, grad_logits)
+    gw1, gb1, gh = ref.frdhead_grad_w1(h_t, w1, hidden, dhidden)
+    for analytic, param in ((gw1, w1), (gb1, b1), (gw2, w2), (gb2, b2), (gh, h_t)):
+        assert_close(analytic, numgrad(loss, param))
+
+
+def test_frdhead_inactive_units_pass_no_gradient(rng):
+    h_t, w1, b1, w2, b2 = _frdhead_inputs(rng)
+    b1[3] = -100.0
+    hidden, _ = ref.frdhead_forward(h_t, w1, b1, w2, b2)
+    gw1, gb1, gh = ref.frdhead_grad_w1(h_t, w1, hidden, rng.normal(size=hidden.shape))
+    assert (hidden[:, 3] == 0).all() and (gw1[3] == 0).all() and gb1[3] == 0
+
+
+def test_adam_first_step_moves_each_parameter_by_lr(rng):
+    p, g = rng.normal(size=50), rng.normal(size=50)
+    new, m, v = ref.adam_step(p, g, np.zeros(50), np.zeros(50), t=1, lr=0.01, eps=0.0)
+    np.testing.assert_allclose(new, p - 0.01 * np.sign(g), rtol=1e-14)
+    np.testing.assert_allclose(m, 0.1 * g, rtol=1e-14)
+    np.testing.assert_allclose(v, 0.001 * g * g, rtol=1e-14)
+
+
+def test_adam_bias_correction_at_step_t(rng):
+    p, g, m0, v0 = rng.normal(size=8), rng.normal(size=8), rng.normal(size=8), rng.random(8)
+    new, m, v = ref.adam_step(p, g, m0, v0, t=4)
+    m_hat, v_hat = m / (1 - 0.9 ** 4), v / (1 - 0.999 ** 4)
+    np.testing.assert_allclose(new, p - 1e-3 * m_hat / (np.sqrt(v_hat) + 1e-8), rtol=1e-14)

@@ -430,7 +430,8 @@ def test_bench_alone_gives_tables_and_names_the_rest(tmp_path: Path) -> None:
 # --- the torch peers (only where torch is installed; CPU) ------------------------------------
 
 PEER_SHAPES = {"pool": {"B": 3, "K": 7}, "residual": {"B": 5}, "gate": {"B": 6}, "frd": {"B": 40},
-               "reduce": {"N": 33, "M": 7}, "resgate": {"B": 5}}
+               "reduce": {"N": 33, "M": 7}, "resgate": {"B": 5}, "frdhead": {"B": 9},
+               "adam": {"N": 50}}
 
 
 def test_every_benchmarked_kernel_declares_a_torch_peer() -> None:
@@ -456,3 +457,30 @@ def test_torch_peers_match_the_float64_reference(kernel: str) -> None:
     if op == "frd":
         assert float(got[1][0, 0]) == pytest.approx(-np.log(1e-30), rel=1e-6)
         assert not got[0][1].any() and not got[1][1].any()
+
+
+# --- the smoke training section ----------------------------------------------------------------
+
+SMOKE_FIXTURE = Path(__file__).parent / "fixtures" / "smoke_training.json"
+
+
+def test_smoke_section_states_each_field_and_draws_the_loss_curve(reports: Path) -> None:
+    from PIL import Image
+    gpu_dir = reports / "nvidia-h200"
+    shutil.copy(SMOKE_FIXTURE, gpu_dir / "smoke_training.json")
+    readme = report.build(gpu_dir).read_text()
+    assert "## Smoke training" in readme and "](smoke_loss.png)" in readme
+    record = json.loads(SMOKE_FIXTURE.read_text())
+    assert table_row(readme, "loss_first / loss_last")[1:] == [
+        f"{record['loss_first']:.4g} / {record['loss_last']:.4g}", "met"]
+    for field in ("nan", "bitwise_rerun", "reference_match"):
+        assert table_row(readme, field)[-1] == "met"
+    assert "largest relative loss difference 2.1e-07" in readme
+    with Image.open(gpu_dir / "smoke_loss.png") as img:
+        assert img.format == "PNG" and img.width > 300
+    record.update(bitwise_rerun=False, loss_last=record["loss_first"] * 0.9, losses=[])
+    (gpu_dir / "smoke_training.json").write_text(json.dumps(record))
+    readme = report.build(gpu_dir).read_text()
+    assert table_row(readme, "bitwise_rerun")[-1] == "**missed**"
+    assert "did not halve" in table_row(readme, "loss_first / loss_last")[-1]
+    assert "smoke_loss.png" not in readme and not (gpu_dir / "smoke_loss.png").exists()

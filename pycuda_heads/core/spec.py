@@ -19,7 +19,8 @@ from .space import KernelSpace
 
 Dims = Mapping[str, int]
 # Axis letters bound by template constants; every other axis (B, K, N, M) comes from the shape.
-TEMPLATE_AXES = {"H": "N_HORIZONS", "D": "HIDDEN_DIM", "A": "N_ATOMS"}
+TEMPLATE_AXES = {"H": "N_HORIZONS", "D": "HIDDEN_DIM", "A": "N_ATOMS", "I": "D_IN",
+                 "F": "HIDDEN"}
 Draw = Callable[[np.random.Generator, tuple, Dims], np.ndarray]
 
 

@@ -46,6 +46,18 @@ def build(gpu_dir: Path) -> Path:
     parts.append(report_tables.tuning(data, tuning_plots))
     parts.append(report_tables.efficiency(data))
     parts.append(report_tables.validation(data))
+    smoke_file = gpu_dir / records.SMOKE_JSON
+    if smoke_file.is_file():
+        try:
+            result = records.read_json(smoke_file, "smoke training record")
+            if not isinstance(result, dict):
+                raise ValueError(f"{smoke_file.name} is not an object")
+            plot = "smoke_loss.png"
+            drawn = report_plots.smoke_losses(result, data.gpu, gpu_dir / plot)
+            written.update([plot] if drawn else [])
+            parts.append(report_tables.smoke(result, plot if drawn else None))
+        except ValueError as exc:
+            parts.append(f"Smoke training record unreadable: {exc}\n")
     phase_file = gpu_dir / records.PHASES_JSON
     if phase_file.is_file():
         try:

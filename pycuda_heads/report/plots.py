@@ -145,3 +145,26 @@ def tuning(cache: dict[str, Any], gpu: str, exhaustive_us: float | None, path: P
     fig.suptitle(f"tuning {cache['kernel']} on {gpu}")
     fig.savefig(path, dpi=100)
     return True
+
+
+def smoke_losses(result: dict[str, Any], gpu: str, path: Path) -> bool:
+    """The smoke training's loss per step (log scale), with the float64 reference's first steps
+    and the halving line. False (and no file) when the record holds no losses."""
+    losses = [v for v in result.get("losses") or () if isinstance(v, (int, float))]
+    if not losses:
+        return False
+    fig, (ax,) = _figure(1, width=6.4)
+    steps = range(1, len(losses) + 1)
+    ax.plot(steps, losses, color="C0", label="GPU kernels (float32)")
+    reference = result.get("reference_losses") or []
+    if reference:
+        ax.plot(range(1, len(reference) + 1), reference, "k.", label="float64 reference")
+    ax.axhline(0.5 * losses[0], color="grey", linestyle=":", label="half the first loss")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(f"smoke training: loss per step on {gpu}")
+    fig.savefig(path, dpi=100)
+    return True

@@ -399,3 +399,37 @@ METHOD = """## How the numbers are made
   tuned time (above 1 means the tuned kernels are faster); **of the floor**: floor time over
   tuned time.
 """
+
+
+# The smoke record's acceptance fields and what each must read.
+SMOKE_CHECKS = (("nan", False), ("bitwise_rerun", True), ("reference_match", True))
+
+
+def _num(v: Any, fmt: str = ".4g") -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "–"
+
+
+def smoke(result: dict[str, Any], plot: str | None) -> str:
+    """The smoke training record: the acceptance fields, each with whether it holds."""
+    first, last = result.get("loss_first"), result.get("loss_last")
+    halved = _num(first) != "–" and _num(last) != "–" and last <= 0.5 * first
+    rows = [("loss_first / loss_last", f"{_num(first)} / {_num(last)}",
+             "met" if halved else "**missed**: the loss did not halve")]
+    rows += [(name, result.get(name, "–"), "met" if result.get(name) is want else "**missed**")
+             for name, want in SMOKE_CHECKS]
+    rows.append(("steps", result.get("steps", "–"), ""))
+    alpha = [a for a in result.get("alpha_last") or () if _num(a) != "–"]
+    lines = ["## Smoke training", "",
+             f"One epoch of the whole head on teacher data (`pycuda-heads smoke`, "
+             f"{result.get('date', '?')}, commit {result.get('commit', '?')}, "
+             f"{result.get('seconds', '?')} s): loss = MSE of the gated output + "
+             f"{result.get('lambda_frd', '?')} x FRD cross-entropy; the float64 reference ran "
+             f"the first {result.get('reference_steps', '?')} steps (largest relative loss "
+             f"difference {_num(result.get('reference_max_rel_err'), '.1e')}).", "",
+             table(("field", "value", "status"), rows), ""]
+    if alpha:
+        lines += [f"alpha after the epoch: {', '.join(f'{a:+.3f}' for a in alpha)} "
+                  f"(it starts at 0).", ""]
+    if plot:
+        lines += [f"![{plot}]({plot})", ""]
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""The FRD head (cu/frdhead.cu): hidden = ReLU(h_t w1^T + b1), logits = hidden w2^T + b2 over
+N_HORIZONS x N_ATOMS return atoms, and its two backward stages around the softmax-CE gradient
+of ``FrdSoftmaxCE``: grad_w2 (F.3b: dW2, db2, dhidden) and grad_w1 (F.3c: dW1, db1, dh_t through
+the ReLU mask). Weight gradients are per-block scratch rows summed by one reduce_axis0."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import as_device, empty
+from ..core.op import Op
+from ..core.space import KernelSpace
+from ..core.spec import KernelSpec, Tensor
+from .frd import FrdSoftmaxCE, draw_labels
+from .reduce import reducer
+
+THREADS = 256
+
+
+def _tiles16(n: int) -> int:
+    return (n + 15) // 16
+
+
+def _ld(n: int) -> int:
+    """Shared row length of a right operand of n columns (cu/frdhead.cu: LD)."""
+    return 16 * _tiles16(n) + 1
+
+
+def _lda(n: int) -> int:
+    """Shared row length of a left operand of n rows (cu/frdhead.cu: LDA)."""
+    return 64 * -(-n // 64) + 4
+
+
+def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The hidden tile, then two left and two right slice buffers."""
+    f, ha, bk = env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BK"]
+    k_hidden = -(-f // bk) * bk
+    return 4 * (k_hidden * _lda(p["BM"]) + 2 * bk * _lda(p["BM"]) + 2 * bk * _ld(max(f, ha)))
+
+
+def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int) -> int:
+    """A backward stage over A[B, m]: two left and two right slice buffers."""
+    return 8 * p["BK"] * (max(_lda(m), _lda(p["BM"])) + _ld(n))
+
+
+def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["HIDDEN"])
+
+
+def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    return _stage_shared_bytes(p, env["HIDDEN"], env["D_IN"])
+
+
+# A thread owns BM/16 rows (read as float4s: BM a multiple of 64) of a tile. Per-thread
+# accumulators (rows x 16-column groups) stay at or below 64, the most the static check has seen
+# fit the 255-register cap with double-buffered slices; this bounds the head's sizes (D_in, F
+# and H*A up to 128 each fit).
+_TILE = {"BM": (64, 128), "BK": (8, 16, 32)}
+_LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
+
+FORWARD_SPACE = KernelSpace(
+    kernel="frdhead.forward", params=_TILE, default={"BM": 64, "BK": 16},
+    restrictions=("(BM // 16) * ((HIDDEN + 15) // 16) <= 64",
+                  "(BM // 16) * ((N_HORIZONS * N_ATOMS + 15) // 16) <= 64"),
+    launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
+
+# BK=32 double-buffered with the weight-gradient tiles needs more than 255 registers.
+_GRAD = {**_TILE, "BK": (8, 16), "CHUNK": (64, 128, 256, 512, 1024)}
+_CHUNK_RULES = ("CHUNK % BM == 0", "CHUNK % BK == 0")
+
+GRAD_W2_SPACE = KernelSpace(
+    kernel="frdhead.grad_w2", params=_GRAD, default={"BM": 64, "BK": 16, "CHUNK": 256},
+    restrictions=(*_CHUNK_RULES,
+                  "4 * ((N_HORIZONS * N_ATOMS + 63) // 64) * ((HIDDEN + 15) // 16) <= 64",
+                  "(BM // 16) * ((HIDDEN + 15) // 16) <= 64"),
+    launch_restrictions=_LAUNCH,
+    shared_bytes=grad_w2_shared_bytes)
+
+GRAD_W1_SPACE = KernelSpace(
+    kernel="frdhead.grad_w1", params=_GRAD, default={"BM": 64, "BK": 16, "CHUNK": 256},
+    restrictions=(*_CHUNK_RULES, "4 * ((HIDDEN + 63) // 64) * ((D_IN + 15) // 16) <= 64",
+                  "(BM // 16) * ((D_IN + 15) // 16) <= 64"),
+    launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
+
+
+class FrdHead(Op):
+    """hidden, logits = head.forward(h_t, w1, b1, w2, b2);
+    grad_w2, grad_b2, dhidden = head.grad_w2(hidden, w2, grad_logits);
+    grad_w1, grad_b1, grad_h_t = head.grad_w1(h_t, w1, hidden, dhidden).
+
+    Shapes: h_t [B, D_in], w1 [F, D_in], b1 [F], w2 [H, A, F] (the [H*A, F] layer-2 matrix
+    viewed per horizon), b2 [H, A]; logits [B, H, A] go to ``FrdSoftmaxCE``.
+    """
+
+    FAMILY = "frdhead"
+    SPACES = {"forward": FORWARD_SPACE, "grad_w2": GRAD_W2_SPACE, "grad_w1": GRAD_W1_SPACE}
+
+    def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        super().__init__({"D_IN": d_in, "HIDDEN": hidden, "N_HORIZONS": n_horizons,
+                          "N_ATOMS": n_atoms}, launch)
+        self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
+
+    def _dims(self) -> dict[str, int]:
+        return {"I": self.d_in, "F": self.hidden, "H": self.n_horizons, "A": self.n_atoms}
+
+    def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> tuple[Any, Any]:
+        """hidden[B, F] (kept for the backward) and logits[B, H, A] as GPUArrays."""
+        dims = self._dims()
+        h_t = as_device(h_t, "h_t", ("B", "I"), dims)
+        w1 = as_device(w1, "w1", ("F", "I"), dims)
+        b1 = as_device(b1, "b1", ("F",), dims)
+        w2 = as_device(w2, "w2", ("H", "A", "F"), dims)
+        b2 = as_device(b2, "b2", ("H", "A"), dims)
+        b = dims["B"]
+        params = self.launch_params("forward", {"B": b})
+        hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
+        self.kernel("forward", params)(
+            (-(-b // params["BM"]), 1, 1), (THREADS, 1, 1), h_t.gpudata, w1.gpudata, b1.gpudata,
+            w2.gpudata, b2.gpudata, hidden.gpudata, logits.gpudata, np.int32(b),
+            shared=forward_shared_bytes(params, self.template))
+        return hidden, logits
+
+    def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any) -> tuple[Any, Any, Any]:
+        """F.3b: grad_w2[H, A, F], grad_b2[H, A] and dhidden[B, F]."""
+        dims = self._dims()
+        hidden = as_device(hidden, "hidden", ("B", "F"), dims)
+        w2 = as_device(w2, "w2", ("H", "A", "F"), dims)
+        grad_logits = as_device(grad_logits, "grad_logits", ("B", "H", "A"), dims)
+        b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
+        params = self.launch_params("grad_w2", {"B": b})
+        dhidden = empty((b, f))
+        weights = self._weight_grads(
+            "grad_w2", params, b, ha, f, grad_w2_shared_bytes,
+            lambda scratch: (hidden.gpudata, w2.gpudata, grad_logits.gpudata, scratch.gpudata,
+                             dhidden.gpudata, np.int32(b)))
+        return (weights[: ha * f].reshape(self.n_horizons, self.n_atoms, f),
+                weights[ha * f:].reshape(self.n_horizons, self.n_atoms), dhidden)
+
+    def grad_w1(self, h_t: Any, w1: Any, hidden: Any, dhidden: Any) -> tuple[Any, Any, Any]:
+        """F.3c: grad_w1[F, D_in], grad_b1[F] and grad_h_t[B, D_in]; units with hidden == 0
+        (pre-activation <= 0) pass no gradient."""
+        dims = self._dims()
+        h_t = as_device(h_t, "h_t", ("B", "I"), dims)
+        w1 = as_device(w1, "w1", ("F", "I"), dims)
+        hidden = as_device(hidden, "hidden", ("B", "F"), dims)
+        dhidden = as_device(dhidden, "dhidden", ("B", "F"), dims)
+        b, f, d = dims["B"], self.hidden, self.d_in
+        params = self.launch_params("grad_w1", {"B": b})
+        grad_h_t = empty((b, d))
+        weights = self._weight_grads(
+            "grad_w1", params, b, f, d, grad_w1_shared_bytes,
+            lambda scratch: (h_t.gpudata, w1.gpudata, hidden.gpudata, dhidden.gpudata,
+                             scratch.gpudata, grad_h_t.gpudata, np.int32(b)))
+        return weights[: f * d].reshape(f, d), weights[f * d:], grad_h_t
+
+    def _weight_grads(self, role: str, params: Mapping[str, Any], b: int, m: int, n: int,
+                      shared_bytes: Callable[..., int], args: Callable[[Any], tuple]) -> Any:
+        """Launch ``role`` with a [blocks, m*n + m] scratch (weight then bias partials per
+        block) and return the scratch's column sums, [m*n + m]."""
+        blocks = -(-b // params["CHUNK"])
+        scratch = empty((blocks, m * n + m))
+        self.kernel(role, params)((blocks, 1, 1), (THREADS, 1, 1), *args(scratch),
+                                  shared=shared_bytes(params, self.template))
+        return reducer().sum_rows(scratch, blocks, m * n + m)
+
+    def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any,
+                 grad_logits: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """Both stages: grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t."""
+        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits)
+        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden)
+        return gw1, gb1, gw2, gb2, gh
+
+
+def draw_hidden(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
+    """ReLU of normal draws: about half the units inactive, as after the forward."""
+    return np.maximum(rng.standard_normal(shape, dtype=np.float32), 0)
+
+
+def draw_grad_logits(rng: np.random.Generator, shape: tuple,
+                     dims: Mapping[str, int]) -> np.ndarray:
+    """Normal draws / B, with the middle row zero from B = 3 on: a row whose labels are all -1."""
+    g = rng.standard_normal(shape, dtype=np.float32) / np.float32(shape[0])
+    if shape[0] >= 3:
+        g[shape[0] // 2] = 0
+    return g
+
+
+def draw_weights(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
+    """N(0, 1/fan_in): pre-activations of order one."""
+    return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+
+def torch_forward(torch: Any, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> tuple[Any, Any]:
+    hidden = torch.relu(h_t @ w1.T + b1)
+    h, a, f = w2.shape
+    return hidden, (hidden @ w2.reshape(h * a, f).T + b2.reshape(-1)).reshape(-1, h, a)
+
+
+def torch_grad_w2(torch: Any, hidden: Any, w2: Any, grad_logits: Any) -> tuple[Any, Any, Any]:
+    h, a, f = w2.shape
+    g = grad_logits.reshape(-1, h * a)
+    return (g.T @ hidden).reshape(h, a, f), grad_logits.sum(dim=0), g @ w2.reshape(h * a, f)
+
+
+def torch_grad_w1(torch: Any, h_t: Any, w1: Any, hidden: Any,
+                  dhidden: Any) -> tuple[Any, Any, Any]:
+    dpre = torch.where(hidden > 0, dhidden, 0.0)
+    return dpre.T @ h_t, dpre.sum(dim=0), dpre @ w1
+
+
+def _parameters(rng: np.random.Generator, template: Mapping[str, int], b: int) -> dict:
+    d, f = template["D_IN"], template["HIDDEN"]
+    h, a = template["N_HORIZONS"], template["N_ATOMS"]
+    shapes = {"h_t": (b, d), "w1": (f, d), "b1": (f,), "w2": (h, a, f), "b2": (h, a)}
+    return {n: draw_weights(rng, s, {}) if n.startswith("w")
+            else rng.standard_normal(s, dtype=np.float32) for n, s in shapes.items()}
+
+
+def _train_step(head: FrdHead, frd: FrdSoftmaxCE, x: Mapping[str, np.ndarray],
+                labels: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One forward + CE + backward: host gradients by name and the per-row ce."""
+    hidden, logits = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])
+    grad_logits, ce = frd.softmax_ce_grad(logits, labels)
+    gw1, gb1, gw2, gb2, gh = head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
+    grads = {"w1": gw1, "b1": gb1, "w2": gw2, "b2": gb2, "h_t": gh}
+    return {n: g.get() for n, g in grads.items()}, ce.get()
+
+
+def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """The original FRD test's probes through the whole head: B=3, loss = sum(ce)/B, central
+    differences at 8 w1, 8 b1, 8 w2 entries, every b2 entry of one horizon and 8 h_t entries
+    against the two backward stages. eps 1e-3 (not the shared 1e-2) keeps the probes of this
+    draw off the ReLU kinks; the smallest |pre| is reported as ``min_abs_pre``."""
+    h, a = template["N_HORIZONS"], template["N_ATOMS"]
+    rng = np.random.default_rng(2029)
+    x = _parameters(rng, template, 3)
+    labels = draw_labels(rng, (3, h), {"A": a})
+    head, frd = make_op(template), FrdSoftmaxCE(h, a)
+
+    def loss() -> float:
+        ce = frd.softmax_ce_grad(head.forward(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2")))[1],
+                                 labels)[1].get()
+        return float(ce.astype(np.float64).sum() / 3)
+
+    analytic, _ = _train_step(head, frd, x, labels)
+    horizon = int(rng.integers(h))
+    probes = {"w1": ref.random_indices(rng, x["w1"].shape, 8),
+              "b1": ref.random_indices(rng, x["b1"].shape, 8),
+              "w2": ref.random_indices(rng, x["w2"].shape, 8),
+              "b2": [(horizon, i) for i in range(a)],
+              "h_t": ref.random_indices(rng, x["h_t"].shape, 8)}
+    out = ref.central_differences(loss, x, analytic, probes, eps=1e-3)
+    pre = x["h_t"].astype(np.float64) @ x["w1"].T.astype(np.float64) + x["b1"]
+    return {"parity_numgrad": {**out, "min_abs_pre": float(np.abs(pre).min())}}
+
+
+def relu_mask(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """Units with pre <= 0 pass no gradient: dhidden changed only where hidden == 0 leaves
+    every output of grad_w1 bitwise unchanged, and a unit that is dead on every row (b1 = -1e3)
+    has exactly zero dW1 row and db1."""
+    f, b = template["HIDDEN"], 70
+    rng = np.random.default_rng(2030)
+    x = _parameters(rng, template, b)
+    dead = int(rng.integers(f))
+    x["b1"][dead] = -1e3
+    head = make_op(template)
+    hidden = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])[0].get()
+    dh = rng.standard_normal((b, f), dtype=np.float32)
+    moved = np.where(hidden > 0, dh, dh + rng.standard_normal((b, f), dtype=np.float32))
+    first = [g.get() for g in head.grad_w1(x["h_t"], x["w1"], hidden, dh)]
+    second = [g.get() for g in head.grad_w1(x["h_t"], x["w1"], hidden, moved)]
+    return {"relu_mask": {
+        "passed": bool(all(p.tobytes() == q.tobytes() for p, q in zip(first, second))
+                       and (first[0][dead] == 0).all() and first[1][dead] == 0
+                       and (hidden[:, dead] == 0).all() and (hidden == 0).any()),
+        "inactive_fraction": float((hidden == 0).mean())}}
+
+
+def sentinel_rows(make_op: Callable[[Mapping[str, int]], Any],
+                  template: Mapping[str, int]) -> dict:
+    """Rows labelled -1 on every horizon add nothing to any weight gradient: redrawing their
+    h_t leaves dW1, db1, dW2 and db2 bitwise unchanged, and their dh_t rows are exactly 0."""
+    h, a, b = template["N_HORIZONS"], template["N_ATOMS"], 300
+    rng = np.random.default_rng(2031)
+    x = _parameters(rng, template, b)
+    labels = rng.integers(0, a, size=(b, h)).astype(np.int32)
+    sentinel = rng.random(b) < 0.2
+    sentinel[-5:] = True  # the label stream ends with unrealised rows
+    labels[sentinel] = -1
+    head, frd = make_op(template), FrdSoftmaxCE(h, a)
+    first, _ = _train_step(head, frd, x, labels)
+    x["h_t"][sentinel] = rng.standard_normal((int(sentinel.sum()), x["h_t"].shape[1]),
+                                             dtype=np.float32)
+    second, _ = _train_step(head, frd, x, labels)
+    same = all(first[n].tobytes() == second[n].tobytes() for n in ("w1", "b1", "w2", "b2"))
+    return {"sentinel_rows": {"passed": bool(same and (first["h_t"][sentinel] == 0).all()
+                                             and (second["h_t"][sentinel] == 0).all()),
+                              "sentinel_rows": int(sentinel.sum())}}
+
+
+def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    return {**parity(make_op, template), **relu_mask(make_op, template),
+            **sentinel_rows(make_op, template)}
+
+
+TENSORS = {"h_t": Tensor(("B", "I")), "w1": Tensor(("F", "I"), draw=draw_weights),
+           "b1": Tensor(("F",)), "w2": Tensor(("H", "A", "F"), draw=draw_weights),
+           "b2": Tensor(("H", "A")), "hidden": Tensor(("B", "F"), draw=draw_hidden),
+           "logits": Tensor(("B", "H", "A")),
+           "grad_logits": Tensor(("B", "H", "A"), draw=draw_grad_logits),
+           "dhidden": Tensor(("B", "F")), "grad_w1": Tensor(("F", "I")),
+           "grad_b1": Tensor(("F",)), "grad_w2": Tensor(("H", "A", "F")),
+           "grad_b2": Tensor(("H", "A")), "grad_h_t": Tensor(("B", "I"))}
+SUITE = ({"B": 1024}, {"B": 65536})
+# Odd shapes: B=1, B not a multiple of any tile, D_in and F not multiples of 4 or 32, H=1.
+GRID = (({}, {"B": 1}), ({}, {"B": 333}), ({"D_IN": 37, "HIDDEN": 50}, {"B": 97}),
+        ({"D_IN": 130, "HIDDEN": 19}, {"B": 300}), ({"N_HORIZONS": 1, "N_ATOMS": 11}, {"B": 5}),
+        ({}, {"B": 5000}))
+_COMMON_SPEC = dict(op=FrdHead, template_keys=("D_IN", "HIDDEN", "N_HORIZONS", "N_ATOMS"),
+                    tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
+
+SPECS = (
+    KernelSpec(id="frdhead.forward", method="forward", space=FORWARD_SPACE,
+               reads=("h_t", "w1", "b1", "w2", "b2"), writes=("hidden", "logits"),
+               reference=ref.frdhead_forward, peer=torch_forward, **_COMMON_SPEC),
+    KernelSpec(id="frdhead.grad_w2", method="grad_w2", space=GRAD_W2_SPACE,
+               reads=("hidden", "w2", "grad_logits"), writes=("grad_w2", "grad_b2", "dhidden"),
+               reference=ref.frdhead_grad_w2, peer=torch_grad_w2, **_COMMON_SPEC),
+    KernelSpec(id="frdhead.grad_w1", method="grad_w1", space=GRAD_W1_SPACE,
+               reads=("h_t", "w1", "hidden", "dhidden"), writes=("grad_w1", "grad_b1", "grad_h_t"),
+               reference=ref.frdhead_grad_w1, peer=torch_grad_w1, **_COMMON_SPEC),
+)

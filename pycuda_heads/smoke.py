@@ -1,0 +1,229 @@
+"""``pycuda-heads smoke``: one epoch of training of the whole head on synthetic data from a fixed
+random teacher, on the GPU, checked against itself and against float64.
+
+The model: ln[B, K, D] -> per-horizon attention pool -> residual projection -> alpha gate added
+to a base per-horizon output ``base`` (given with the data); the FRD head runs on h_t = ln[:, -1]
+and its logits go through the softmax-CE. The loss of a step is
+
+    mean_{b,h} (out - y)^2  +  LAMBDA_FRD * sum(ce) / B
+
+with y the teacher's gated output and the labels the teacher FRD head's argmax atoms; the label
+stream ends with sentinel rows (the longest horizons of the last rows are not realised: -1).
+Every parameter takes a bias-corrected Adam step. The same step runs in float64 NumPy
+(``reference.py``) for the reference comparison of the first steps.
+
+Recorded in ``reports/<gpu>/smoke_training.json``: loss_first (step 1), loss_last (the last
+step), nan, bitwise_rerun (a second run from scratch gives bitwise the same losses and
+parameters), reference_match (the first REFERENCE_STEPS losses within 1e-4 relative of float64),
+steps, and the per-step losses the report plots.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import records
+from . import reference as ref
+
+LAMBDA_FRD = 0.5
+REFERENCE_STEPS, REFERENCE_RTOL = 3, 1e-4
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class Config:
+    steps: int = 300
+    batch: int = 256
+    seq: int = 8
+    dim: int = 128          # HIDDEN_DIM of the pool and D_in of the FRD head
+    hidden: int = 128       # F of the FRD head
+    n_horizons: int = 5
+    n_atoms: int = 21
+    lr: float = 3e-3
+    seed: int = 2033
+    sentinel_rows: int = 32  # the last batch leaves horizon h unrealised on its last (h+1)*this rows
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        h, d, f, a = self.n_horizons, self.dim, self.hidden, self.n_atoms
+        return {"q_h": (h, d), "w_res": (h, d), "bias_res": (h,), "alpha": (h,),
+                "w1": (f, d), "b1": (f,), "w2": (h, a, f), "b2": (h, a)}
+
+
+def init_params(rng: np.random.Generator, cfg: Config, scale: float = 1.0,
+                alpha: float = 0.0) -> dict[str, np.ndarray]:
+    """Fan-in scaled normal weights times ``scale``; the gate's alpha at ``alpha`` (0: closed)."""
+    out = {}
+    for name, shape in cfg.shapes().items():
+        w = rng.standard_normal(shape) / np.sqrt(shape[-1] if len(shape) > 1 else 1)
+        out[name] = (np.full(shape, alpha) if name == "alpha" else w * scale).astype(F32)
+    return out
+
+
+def teacher(cfg: Config) -> dict[str, np.ndarray]:
+    """The fixed random teacher: an open gate and larger weights than the student's start."""
+    return init_params(np.random.default_rng([cfg.seed, 1]), cfg, scale=2.0, alpha=1.0)
+
+
+def batch(cfg: Config, teach: dict[str, np.ndarray], step: int) -> dict[str, np.ndarray]:
+    """Step ``step``'s data (a fixed seed per step): ln, h_t, base, the target y, labels."""
+    rng = np.random.default_rng([cfg.seed, 2, step])
+    b, h = cfg.batch, cfg.n_horizons
+    ln = rng.standard_normal((b, cfg.seq, cfg.dim), dtype=F32)
+    h_t = np.ascontiguousarray(ln[:, -1])
+    base = rng.standard_normal((b, h), dtype=F32)
+    ctx, _ = ref.pool_forward(teach["q_h"], ln)
+    y = ref.gate_forward(base, ref.residual_forward(ctx, teach["w_res"], teach["bias_res"]),
+                         teach["alpha"])
+    logits = ref.frdhead_forward(h_t, *(teach[n] for n in ("w1", "b1", "w2", "b2")))[1]
+    labels = logits.argmax(axis=-1).astype(np.int32)
+    if step == cfg.steps - 1:
+        for hz in range(h):
+            labels[max(0, b - (hz + 1) * cfg.sentinel_rows):, hz] = -1
+    return {"ln": ln, "h_t": h_t, "base": base, "y": y.astype(F32), "labels": labels}
+
+
+class Kernels:
+    """The model's steps on one side: the GPU ops (float32), or with ``gpu=False`` their float64
+    NumPy references. The two expose the same calls, so one ``train_step`` drives both."""
+
+    def __init__(self, cfg: Config, gpu: bool):
+        if not gpu:
+            self.dev, self.host = (lambda x: np.asarray(x, np.float64)), (lambda x: x)
+            self.pool_forward, self.pool_backward = ref.pool_forward, ref.pool_backward
+            self.residual_forward, self.residual_backward = ref.residual_forward, ref.residual_backward
+            self.gate_forward, self.gate_backward = ref.gate_forward, ref.gate_backward
+            self.head_forward, self.grad_w2, self.grad_w1 = (
+                ref.frdhead_forward, ref.frdhead_grad_w2, ref.frdhead_grad_w1)
+            self.softmax_ce_grad = ref.frd_softmax_ce_grad
+            self.adam: Callable[..., Any] = lambda p, g, m, v, t: ref.adam_step(p, g, m, v, t,
+                                                                               lr=cfg.lr)
+            return
+        import pycuda.gpuarray as gpuarray
+
+        from .core.device import allocator
+        from .ops.adam import Adam
+        from .ops.frd import FrdSoftmaxCE
+        from .ops.frdhead import FrdHead
+        from .ops.gate import AlphaGate
+        from .ops.pool import PerHorizonAttentionPool
+        from .ops.residual import PerHorizonResidual
+        h, d = cfg.n_horizons, cfg.dim
+        pool, proj, gate = PerHorizonAttentionPool(h, d), PerHorizonResidual(h, d), AlphaGate(h)
+        head, adam = FrdHead(d, cfg.hidden, h, cfg.n_atoms), Adam(lr=cfg.lr)
+        self.dev = lambda x: gpuarray.to_gpu(np.asarray(x, F32), allocator=allocator())
+        self.host = lambda x: x.get()
+        self.pool_forward, self.pool_backward = pool.forward, pool.backward
+        self.residual_forward, self.residual_backward = proj.forward, proj.backward
+        self.gate_forward, self.gate_backward = gate.forward, gate.backward
+        self.head_forward, self.grad_w2, self.grad_w1 = head.forward, head.grad_w2, head.grad_w1
+        self.softmax_ce_grad = FrdSoftmaxCE(h, cfg.n_atoms).softmax_ce_grad
+        self.adam = lambda p, g, m, v, t: adam.step(p, g, m, v, t, inplace=True)
+
+
+def train_step(k: Kernels, state: dict[str, dict[str, Any]], data: dict[str, np.ndarray],
+               t: int) -> float:
+    """Forward, loss, backward and an Adam step of every parameter (``state``: param, m, v by
+    name, updated); the step's loss in float64."""
+    p = state["param"]
+    ln, h_t, base, y = (k.dev(data[n]) for n in ("ln", "h_t", "base", "y"))
+    b, h = data["base"].shape
+    ctx, attn = k.pool_forward(p["q_h"], ln)
+    residual = k.residual_forward(ctx, p["w_res"], p["bias_res"])
+    diff = k.gate_forward(base, residual, p["alpha"]) - y
+    hidden, logits = k.head_forward(h_t, p["w1"], p["b1"], p["w2"], p["b2"])
+    grad_logits, ce = k.softmax_ce_grad(logits, data["labels"])
+
+    _, grad_residual, g_alpha = k.gate_backward(residual, p["alpha"], diff * F32(2 / (b * h)))
+    g_wres, g_bres, grad_ctx = k.residual_backward(ctx, p["w_res"], grad_residual)
+    g_q, _ = k.pool_backward(p["q_h"], ln, attn, grad_ctx)
+    g_w2, g_b2, dhidden = k.grad_w2(hidden, p["w2"], grad_logits * F32(LAMBDA_FRD))
+    g_w1, g_b1, _ = k.grad_w1(h_t, p["w1"], hidden, dhidden)
+    grads = {"q_h": g_q, "w_res": g_wres, "bias_res": g_bres, "alpha": g_alpha, "w1": g_w1,
+             "b1": g_b1, "w2": g_w2, "b2": g_b2}
+    for name, g in grads.items():
+        p[name], state["m"][name], state["v"][name] = k.adam(p[name], g, state["m"][name],
+                                                             state["v"][name], t)
+    mse = float(np.mean(np.square(k.host(diff).astype(np.float64))))
+    return mse + LAMBDA_FRD * float(k.host(ce).astype(np.float64).sum()) / b
+
+
+def train(cfg: Config, k: Kernels, steps: int) -> tuple[list[float], dict[str, np.ndarray]]:
+    """``steps`` steps from the seeded initial parameters: the losses and final parameters."""
+    teach = teacher(cfg)
+    init = init_params(np.random.default_rng([cfg.seed, 0]), cfg)
+    state = {"param": {n: k.dev(v) for n, v in init.items()},
+             "m": {n: k.dev(np.zeros_like(v)) for n, v in init.items()},
+             "v": {n: k.dev(np.zeros_like(v)) for n, v in init.items()}}
+    losses = [train_step(k, state, batch(cfg, teach, s), s + 1) for s in range(steps)]
+    return losses, {n: np.asarray(k.host(v)) for n, v in state["param"].items()}
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Two GPU runs and the float64 reference of the first steps; the record."""
+    start = time.perf_counter()
+    gpu = Kernels(cfg, gpu=True)
+    losses, params = train(cfg, gpu, cfg.steps)
+    again, params_again = train(cfg, gpu, cfg.steps)
+    ref_losses, ref_params = train(cfg, Kernels(cfg, gpu=False), REFERENCE_STEPS)
+    ref_err = max(abs(a - r) / abs(r) for a, r in zip(losses, ref_losses))
+    # Parameters after the reference steps, for the record: Adam moves an entry by about lr
+    # whatever its gradient's size, so an entry whose gradient is at float32 rounding level can
+    # differ by lr; the criterion is the losses, which a wrong gradient moves far beyond 1e-4.
+    short = train(cfg, gpu, REFERENCE_STEPS)[1]
+    param_err = {n: float(np.linalg.norm(short[n] - v) / max(np.linalg.norm(v), 1e-30))
+                 for n, v in ref_params.items()}
+    bitwise = (np.array(losses).tobytes() == np.array(again).tobytes()
+               and all(params[n].tobytes() == params_again[n].tobytes() for n in params))
+    return {"loss_first": losses[0], "loss_last": losses[-1],
+            "nan": bool(not np.isfinite(losses).all()
+                        or not all(np.isfinite(v).all() for v in params.values())),
+            "bitwise_rerun": bool(bitwise), "reference_match": bool(ref_err <= REFERENCE_RTOL),
+            "steps": cfg.steps, "reference_steps": REFERENCE_STEPS,
+            "reference_max_rel_err": ref_err, "reference_losses": ref_losses,
+            "reference_param_rel_err": param_err,
+            "alpha_last": [float(a) for a in params["alpha"]], "losses": losses,
+            "lambda_frd": LAMBDA_FRD, "config": cfg.__dict__,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def passed(result: dict[str, Any]) -> bool:
+    """The acceptance: the loss halves, no NaN, bitwise reruns, float64 agreement, alpha open."""
+    return bool(result["loss_last"] <= 0.5 * result["loss_first"] and not result["nan"]
+                and result["bitwise_rerun"] and result["reference_match"]
+                and max(abs(a) for a in result["alpha_last"]) > 1e-3)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("smoke", help="one epoch of training on teacher data (GPU); writes "
+                                     "reports/<gpu>/smoke_training.json",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=Config.steps, help="steps of the epoch")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="the reports folder")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    from .core import device
+    try:
+        device.cuda()
+    except device.GpuUnavailableError as exc:
+        print(f"pycuda-heads smoke: {exc}")
+        return 2
+    result = run(Config(steps=args.steps))
+    result.update(gpu=device.gpu_name(), commit=records.git_state()["describe"],
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  passed=passed(result))
+    path = Path(args.out) / device.gpu_slug() / records.SMOKE_JSON
+    records.write_json(path, result)
+    print(f"loss {result['loss_first']:.4f} -> {result['loss_last']:.4f} in {result['steps']} "
+          f"steps, nan {result['nan']}, bitwise rerun {result['bitwise_rerun']}, float64 match "
+          f"{result['reference_match']} ({result['reference_max_rel_err']:.1e}), alpha "
+          f"{result['alpha_last']}, {result['seconds']} s: {'PASS' if result['passed'] else 'FAIL'}")
+    print(f"wrote {path}")
+    return 0 if result["passed"] else 1

@@ -1,0 +1,85 @@
+"""GPU: the FRD head (forward, F.3b, F.3c): its parity test, ReLU-mask and sentinel oracles for
+several launch configurations, then the float64 references over the grid."""
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads import reference as ref
+from pycuda_heads.core.arrays import poisoned_outputs
+from gpu_helpers import assert_variant_passes, grid_params, oracles
+
+pytestmark = pytest.mark.gpu
+KERNELS = ("frdhead.forward", "frdhead.grad_w2", "frdhead.grad_w1")
+# Both tile heights, every k-slice depth, chunks from one tile up.
+TILES = [{"BM": 64, "BK": 8}, {"BM": 64, "BK": 16}, {"BM": 128, "BK": 32}]
+CHUNKED = [{"BM": 64, "BK": 8, "CHUNK": 64}, {"BM": 64, "BK": 16, "CHUNK": 256},
+           {"BM": 128, "BK": 16, "CHUNK": 1024}]
+VARIANTS = [("frdhead.forward", p) for p in TILES] + [
+    (k, p) for k in KERNELS[1:] for p in CHUNKED]
+
+
+def _id(kernel_params):
+    kernel, params = kernel_params
+    return kernel.split(".")[1] + "-" + "-".join(f"{k}{v}" for k, v in params.items())
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
+@pytest.mark.parametrize("check", ["parity_numgrad", "relu_mask", "sentinel_rows"])
+def test_oracles(variant, check):
+    kernel, params = variant
+    result = oracles(kernel, params=params)[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("kernel,template,shape", [
+    pytest.param(k, t, s, id=k.split(".")[1] + ":" + ",".join(f"{a}={b}" for a, b in {**t, **s}.items()))
+    for k in KERNELS for t, s in [p.values for p in grid_params(k)]])
+def test_matches_reference(kernel, template, shape):
+    assert_variant_passes(kernel, template, shape)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
+def test_variants_match_reference_at_odd_sizes(variant):
+    kernel, params = variant
+    template = {"D_IN": 37, "HIDDEN": 50, "N_HORIZONS": 5, "N_ATOMS": 21}
+    assert_variant_passes(kernel, template, {"B": 1100}, params)
+
+
+def test_full_step_matches_float64_and_reruns_bitwise():
+    """forward -> FrdSoftmaxCE -> backward on every output, poisoned, twice."""
+    rng = np.random.default_rng(7)
+    b, d, f, h, a = 777, 128, 128, 5, 21
+    x = {"h_t": rng.standard_normal((b, d), dtype=np.float32),
+         "w1": (rng.standard_normal((f, d)) / np.sqrt(d)).astype(np.float32),
+         "b1": rng.standard_normal(f, dtype=np.float32) * np.float32(0.1),
+         "w2": (rng.standard_normal((h, a, f)) / np.sqrt(f)).astype(np.float32),
+         "b2": rng.standard_normal((h, a), dtype=np.float32)}
+    labels = rng.integers(-1, a, size=(b, h)).astype(np.int32)
+    labels[-3:] = -1
+    head, frd = ph.FrdHead(d, f, h, a), ph.FrdSoftmaxCE(h, a)
+
+    def step():
+        with poisoned_outputs():
+            hidden, logits = head.forward(*x.values())
+            grad_logits, ce = frd.softmax_ce_grad(logits, labels)
+            grads = head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
+        return [g.get() for g in (logits, ce, *grads)]
+
+    first, second = step(), step()
+    assert all(p.tobytes() == q.tobytes() for p, q in zip(first, second))
+    hidden, logits = ref.frdhead_forward(*x.values())
+    grad_logits, ce = ref.frd_softmax_ce_grad(logits, labels)
+    gw2, gb2, dhidden = ref.frdhead_grad_w2(hidden, x["w2"], grad_logits)
+    gw1, gb1, gh = ref.frdhead_grad_w1(x["h_t"], x["w1"], hidden, dhidden)
+    want = [logits, ce, gw1, gb1, gw2, gb2, gh]
+    for got, w in zip(first, want):
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, w, rtol=2e-4, atol=2e-5 * np.abs(w).max())
+
+
+def test_shapes_are_checked_before_launch():
+    head = ph.FrdHead(16, 8, 2, 3)
+    h_t = np.ones((4, 16), np.float32)
+    w1, b1 = np.ones((8, 16), np.float32), np.ones(8, np.float32)
+    with pytest.raises(ValueError, match=r"w2: expected shape \(H, A, F\) = \(2, 3, 8\)"):
+        head.forward(h_t, w1, b1, np.ones((6, 8), np.float32)[None], np.ones((2, 3), np.float32))
