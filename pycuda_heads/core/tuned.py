@@ -51,6 +51,8 @@ def load_table(slug: str) -> dict[str, Any] | None:
         table = _load(str(path), path.stat().st_mtime)
         if not isinstance(table, dict) or not isinstance(table.get("entries", []), list):
             raise ValueError("not a table of entries")
+        if not all(_well_formed(e) for e in table.get("entries", ())):
+            raise ValueError("an entry lacks its kernel, template, shape or params")
     except (OSError, ValueError) as exc:
         if str(path) not in _WARNED:
             _WARNED.add(str(path))
@@ -58,6 +60,12 @@ def load_table(slug: str) -> dict[str, Any] | None:
                         "parameters", path, exc)
         return None
     return table
+
+
+def _well_formed(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("kernel"), str) and all(
+        isinstance(entry.get(k), dict) for k in ("template", "shape", "params")) and all(
+        isinstance(v, int) and v > 0 for v in entry["shape"].values())
 
 
 def _size(shape: Mapping[str, int]) -> float:
