@@ -28,6 +28,7 @@ p.add_argument("--seed", type=int, default=5)
 p.add_argument("--storage", default=None)
 p.add_argument("--kill", default="")
 p.add_argument("--sleep", type=float, default=0.002)
+p.add_argument("--host", default=None, help="pose as a worker on this machine")
 args = p.parse_args()
 kind, _, at = args.kill.partition(":")
 seen: dict[str, int] = {}
@@ -73,6 +74,9 @@ def recording(self, trial):
 
 
 optuna.Study.add_trial = recording
+if args.host:
+    from pycuda_heads.tuning import study, workers
+    workers.HOST = study.HOST = args.host
 task = toy_task()
 storage = open_storage(args.storage, tuning_dir(args.out, task.slug), heartbeat_s=1, grace_s=3)
 tune(task, Logged(), Feasibility(task, toy_static), out=args.out, mode=args.mode,

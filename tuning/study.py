@@ -109,7 +109,7 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
                 continue
             try:
                 with heartbeat(study, trial):
-                    _run_trial(session, study, trial, params, seed, bar)
+                    _run_trial(session, study, trial, params, seed, bar, turn)
             except BaseException:  # this process may live on: no trial of it stays RUNNING
                 study.tell(trial, state=TrialState.FAIL)
                 raise
@@ -133,7 +133,7 @@ def _queue_default(study: optuna.Study, space: KernelSpace) -> None:
 
 
 def _run_trial(session: Session, study: optuna.Study, trial: optuna.Trial,
-               params: dict[str, Any], seed: int, bar: Bar) -> None:
+               params: dict[str, Any], seed: int, bar: Bar, turn: Turn) -> None:
     bar.candidate(params)
     cache = session.cache
     cache.refresh()
@@ -144,6 +144,8 @@ def _run_trial(session: Session, study: optuna.Study, trial: optuna.Trial,
             cache.put(from_trial(done))
         elif running_elsewhere(study, trial, params) is not None:
             time.sleep(POLL_S)  # another worker is timing it: wait for its result
+            with turn():  # unless that worker died
+                fail_stale(study)
             cache.refresh()
         else:
             session.evaluate(params)

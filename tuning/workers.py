@@ -102,7 +102,7 @@ def running_elsewhere(study: optuna.Study, trial: optuna.Trial,
 @contextmanager
 def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
     """Beat for ``trial`` while it runs, on storages that watch heartbeats."""
-    storage = study._storage
+    storage = getattr(study._storage, "_backend", study._storage)  # under Optuna's cache
     interval = storage.get_heartbeat_interval() if isinstance(storage, RDBStorage) else None
     if not interval:
         yield
