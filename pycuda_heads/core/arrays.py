@@ -10,6 +10,9 @@ import numpy as np
 
 from .device import allocator, cuda
 
+# Kernels index elements with 32-bit ints.
+MAX_ELEMENTS = 2**31 - 1
+
 
 def _gpuarray() -> Any:
     cuda()
@@ -40,6 +43,9 @@ def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
             raise ValueError(f"{name}: expected shape {spelled} = {want}, got {shape} "
                              f"({label} is {dims[label]}, axis {axis} has {n})")
         dims[label] = n
+    if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
+        raise ValueError(f"{name}: shape {shape} has more than {MAX_ELEMENTS} elements, the "
+                         "most the kernels index; split the batch")
 
 
 def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, int],

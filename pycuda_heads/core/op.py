@@ -40,7 +40,16 @@ class Op:
                 raise ValueError(f"{type(self).__name__}: {key.lower()} must be a positive int, "
                                  f"got {value!r}")
         self.template = dict(template)
+        name = type(self).__name__
+        if launch is not None and not isinstance(launch, Mapping):
+            raise TypeError(f"{name}: launch= must map kernel roles to parameter dicts, e.g. "
+                            f"{{{next(iter(self.SPACES))!r}: {{'BLOCK': 256}}}}, got "
+                            f"{type(launch).__name__}")
         launch = dict(launch or {})
+        for role, params in launch.items():
+            if not isinstance(params, Mapping):
+                raise TypeError(f"{name}: launch[{role!r}] must be a dict of launch "
+                                f"parameters, got {params!r}")
         unknown = set(launch) - set(self.SPACES)
         if unknown:
             raise ValueError(f"{type(self).__name__}: launch= has unknown kernels {sorted(unknown)}; "
