@@ -39,10 +39,11 @@ def timings(log):
     return [k for what, k in lines if what == "start"], [k for what, k in lines if what == "done"]
 
 
-def check_consistent(out, trials=None):
+def check_consistent(out, trials=None, storage=None):
     """No trial RUNNING, the requested count finished, every timing in the cache, the history
     equal to the finished trials and the default timed."""
-    study = study_of(out)
+    study = study_of(out) if storage is None else optuna.load_study(
+        study_name=toy_task().study_name, storage=storage)
     finished = sorted((t for t in study.trials if t.state in COUNTED), key=lambda t: t.number)
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     if trials is not None:
@@ -57,16 +58,19 @@ def check_consistent(out, trials=None):
 
 # --- concurrency -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["tpe", "exhaustive"])
-def test_two_concurrent_workers_share_one_study(tmp_path, mode):
+@pytest.mark.parametrize("mode,storage", [("tpe", None), ("exhaustive", None),
+                                          ("tpe", "sqlite")])
+def test_two_concurrent_workers_share_one_study(tmp_path, mode, storage):
     log = tmp_path / "timed.log"
-    finish(worker(tmp_path, log, "--mode", mode, "--seed", 1),
-           worker(tmp_path, log, "--mode", mode, "--seed", 2))
+    # a fresh SQLite file: both workers create its schema at once
+    url = ["--storage", f"sqlite:///{tmp_path / 'study.db'}"] if storage else []
+    finish(worker(tmp_path, log, "--mode", mode, "--seed", 1, *url),
+           worker(tmp_path, log, "--mode", mode, "--seed", 2, *url))
     started, done = timings(log)
     assert len(set(started)) == len(started)  # no configuration timed twice
     assert len({line.split()[0] for line in log.read_text().splitlines()}) == 2  # both worked
     points = len(all_points(TOY))
-    data = check_consistent(tmp_path, 40 if mode == "tpe" else points)
+    data = check_consistent(tmp_path, 40 if mode == "tpe" else points, url[1] if url else None)
     assert {point_key(e["params"]) for e in data["evaluations"] if e["time_us"] is not None} \
         == set(done)  # every timing in the cache
     if mode == "exhaustive":

@@ -84,6 +84,10 @@ def open_storage(spec: str | BaseStorage | None, tdir: Path, heartbeat_s: int = 
     return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
 
 
+# what a worker sees when another creates the same schema at the same moment
+_SCHEMA_RACES = ("UNIQUE", "locked", "duplicate", "already exists")
+
+
 def _rdb(url: str, heartbeat_s: int, grace_s: int) -> RDBStorage:
     if url.startswith("postgresql://"):  # SQLAlchemy's default driver is psycopg2
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
@@ -100,8 +104,7 @@ def _rdb(url: str, heartbeat_s: int, grace_s: int) -> RDBStorage:
                               RetryHeartbeatStaleTrialCallback())
         except (IntegrityError, OperationalError) as exc:
             # workers creating the schema at once: one wins, the others see its tables
-            if attempt == 9 or "UNIQUE" not in str(exc) and "locked" not in str(exc) \
-                    and "duplicate" not in str(exc):
+            if attempt == 9 or not any(race in str(exc) for race in _SCHEMA_RACES):
                 raise ValueError(f"storage {url}: {str(exc).splitlines()[0]}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
