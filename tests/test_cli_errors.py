@@ -1,6 +1,5 @@
 """CPU: every malformed argument of the tuning commands ends in one line and exit status 2,
 before any GPU work; corrupt files name themselves; a broken tuned table means the defaults."""
-import json
 import logging
 import subprocess
 import sys

@@ -75,8 +75,8 @@ def recording(self, trial):
 
 optuna.Study.add_trial = recording
 if args.host:
-    from pycuda_heads.tuning import study, workers
-    workers.HOST = study.HOST = args.host
+    from pycuda_heads.tuning import workers
+    workers.HOST = args.host
 task = toy_task()
 storage = open_storage(args.storage, tuning_dir(args.out, task.slug), heartbeat_s=1, grace_s=3)
 tune(task, Logged(), Feasibility(task, toy_static), out=args.out, mode=args.mode,

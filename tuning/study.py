@@ -26,12 +26,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pycuda_heads.core.space import KernelSpace
 
-from .locks import pid_alive
+from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
+from .locks import pid_alive
 from .progress import Bar, Budget, Progress
 from .session import Session
 from .spaces import all_points, distributions, point_key, suggest
-from .workers import HOST, POLL_S, claim, fail_stale, heartbeat, running_elsewhere
+from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 
 MODES = ("tpe", "exhaustive")
 Turn = Callable[[], ContextManager[Any]]
@@ -197,7 +198,7 @@ def prefill(session: Session, study: optuna.Study, budget: Budget, progress: Pro
                 if point is not None:
                     study._storage.set_study_system_attr(
                         study._study_id, f"claim:{point_key(point)}",
-                        {"host": HOST, "pid": os.getpid(), "at": time.time()})
+                        {"host": workers.HOST, "pid": os.getpid(), "at": time.time()})
             if point is None:  # the rest is being timed by other workers
                 time.sleep(POLL_S)
                 cache.refresh()
@@ -214,6 +215,6 @@ def _claimed(owner: dict[str, Any] | None) -> bool:
     """Whether a claim binds this worker: someone else's, alive and recent."""
     if owner is None or time.time() - owner["at"] > CLAIM_S:
         return False
-    if owner["host"] != HOST:
+    if owner["host"] != workers.HOST:
         return True
     return owner["pid"] != os.getpid() and pid_alive(int(owner["pid"]))
