@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
+
+
+class _Parser(argparse.ArgumentParser):
+    """A malformed argument ends in one line and exit status 2 (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pycuda-heads", description=__doc__)
+    parser = _Parser(prog="pycuda-heads", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
     sub = parser.add_subparsers(dest="command", required=True)
     from . import smoke

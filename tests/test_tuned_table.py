@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pycuda_heads.catalog import catalog
+from pycuda_heads.core.op import op_source_hash
 from pycuda_heads.core.tuned import TABLE_DIR, lookup
 
 TABLES = sorted(TABLE_DIR.glob("*.json"))
@@ -16,7 +17,8 @@ def test_every_entry_is_what_the_lookup_returns(path):
     table = json.loads(path.read_text())
     assert table["entries"] and table["provenance"]["git_commit"]
     for entry in table["entries"]:
-        params, source = lookup(entry["kernel"], entry["template"], entry["shape"], path.stem)
+        params, source = lookup(entry["kernel"], entry["template"], entry["shape"], path.stem,
+                                op_source_hash(catalog()[entry["kernel"]].op))
         assert params == entry["params"] and source.startswith(f"tuned {path.stem}")
         assert catalog()[entry["kernel"]].space.violated(params, entry["template"]) is None
 

@@ -3,11 +3,14 @@
 
 It makes sweeps resumable and replayable: a configuration found here is never timed again.
 Written after every change (atomically), so a killed sweep loses at most the configuration it
-was timing.
+was timing. Several processes may share one file: each save merges what is on disk under a
+lock, so no process drops another's timings. The cache holds the timings; the Optuna study
+holds the trials, and the history is rebuilt from the study after every finished trial.
 """
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from pycuda_heads import records
 from pycuda_heads.core.space import Point
 
+from .locks import FileLock
 from .spaces import TuningTask, point_key
 
 log = logging.getLogger("pycuda_heads.tuning")
@@ -51,6 +55,20 @@ class Evaluation:
         """Timed and not failed: a candidate for the best (once validated)."""
         return self.state == COMPLETE and self.time_us is not None
 
+    @property
+    def rank(self) -> int:
+        """How settled the result is; of two records of one point the higher rank wins."""
+        return 2 if self.state != COMPLETE else int(self.validated)
+
+
+def checked(ev: Evaluation) -> Evaluation:
+    """``ev``, or an ERROR when its time is NaN or infinite (never a best, never exported)."""
+    times = (ev.time_us, ev.p20_us, ev.p80_us)
+    if ev.state != COMPLETE or all(t is None or math.isfinite(t) for t in times):
+        return ev
+    return replace(ev, state=ERROR, time_us=None, p20_us=None, p80_us=None, validated=False,
+                   reason=f"non-finite timing {ev.time_us!r}")
+
 
 class TuningCache:
     def __init__(self, task: TuningTask, path: Path | None = None):
@@ -62,28 +80,66 @@ class TuningCache:
         self.comparison: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self._evals: dict[str, Evaluation] = {}
+        self._lock = FileLock(f"{path}.lock") if path is not None else None
 
     @classmethod
     def load(cls, task: TuningTask, path: Path) -> "TuningCache":
         cache = cls(task, path)
-        if not path.is_file():
-            return cache
-        data = records.read_json(path, "tuning cache")
-        if data.get("source_hash", "") != task.source_hash:
-            log.warning("%s: kernel sources changed since %s was written; starting afresh",
-                        task.label(), path)
-            return cache
-        cache.fill(data)
+        cache.refresh()
         return cache
 
+    def _read(self) -> dict[str, Any] | None:
+        """The file's JSON when it belongs to the installed sources; None when missing or
+        stale. A corrupt file raises a ValueError naming it."""
+        if self.path is None or not self.path.is_file():
+            return None
+        data = records.read_json(self.path, "tuning cache")
+        if not isinstance(data, dict) or not isinstance(data.get("evaluations", []), list):
+            raise ValueError(f"tuning cache {self.path} is not a cache record; delete it")
+        if data.get("source_hash", "") != self.task.source_hash:
+            log.warning("%s: kernel sources changed since %s was written; starting afresh",
+                        self.task.label(), self.path)
+            return None
+        return data
+
+    def refresh(self) -> None:
+        """Take in what other processes wrote to the file since."""
+        if self._lock is None:
+            return
+        with self._lock:
+            data = self._read()
+        if data is not None:
+            self.fill(data)
+
     def fill(self, data: dict[str, Any]) -> None:
-        """Take evaluations, history and importance from a cache file's JSON."""
-        for raw in data.get("evaluations", ()):
-            ev = Evaluation(**raw)
-            self._evals[point_key(ev.params)] = ev
-        self.history = list(data.get("history", ()))
-        self.importance = dict(data.get("importance", {}))
-        self.comparison = data.get("comparison")
+        """Merge evaluations, history and importance from a cache file's JSON."""
+        try:
+            for raw in data.get("evaluations", ()):
+                self._merge(checked(Evaluation(**raw)))
+        except TypeError as exc:
+            raise ValueError(f"tuning cache {self.path}: malformed evaluation ({exc}); "
+                             "delete the file") from None
+        # per study, the longer history is the later one: a study only gains finished trials
+        studies: dict[str, list[dict[str, Any]]] = {}
+        for source in (data.get("history", ()), self.history):
+            mine: dict[str, list[dict[str, Any]]] = {}
+            for h in source:
+                mine.setdefault(h["study"], []).append(h)
+            for study, hist in mine.items():
+                if len(hist) >= len(studies.get(study, ())):
+                    studies[study] = hist
+        self.history = [h for hist in studies.values() for h in hist]
+        self.importance = self.importance or dict(data.get("importance", {}))
+        self.comparison = self.comparison or data.get("comparison")
+
+    def _merge(self, ev: Evaluation) -> Evaluation:
+        key = point_key(ev.params)
+        old = self._evals.get(key)
+        if old is not None:
+            numbers = sorted(set(old.trial_numbers) | set(ev.trial_numbers))
+            ev = replace(ev if ev.rank >= old.rank else old, trial_numbers=numbers)
+        self._evals[key] = ev
+        return ev
 
     @property
     def evaluations(self) -> list[Evaluation]:
@@ -93,28 +149,32 @@ class TuningCache:
         return self._evals.get(point_key(params))
 
     def put(self, ev: Evaluation) -> Evaluation:
-        """Store (or replace) a result, keeping the trials that already used it."""
+        """Store a result (a settled one wins over a less settled record of the same point),
+        keeping the trials that already used it."""
         key = point_key(ev.params)
+        ev = checked(ev)
         old = self._evals.get(key)
         if old is not None:
             ev = replace(ev, trial_numbers=sorted(set(old.trial_numbers) | set(ev.trial_numbers)))
         self._evals[key] = ev
         self.save()
-        return ev
+        return self._evals[key]
 
-    def add_trial(self, params: Point, study: str, mode: str, seed: int, number: int) -> None:
-        """Note that trial ``number`` of ``study`` used ``params`` (already evaluated); the
-        caller saves (the study itself already holds the trial durably)."""
-        ev = self._evals[point_key(params)]
-        if number not in ev.trial_numbers:
-            ev.trial_numbers.append(number)
-        time_us = ev.time_us if ev.counts else None
-        previous = [h["best_so_far_us"] for h in self.history
-                    if h["study"] == study and h["best_so_far_us"] is not None]
-        candidates = [t for t in (time_us, previous[-1] if previous else None) if t is not None]
-        self.history.append({"study": study, "mode": mode, "seed": seed, "trial": number,
-                             "time_us": time_us,
-                             "best_so_far_us": min(candidates) if candidates else None})
+    def set_trials(self, study: str, trials: list[tuple[int, Point, str, int]]) -> None:
+        """Make the history of ``study`` the given finished trials, (number, params, mode,
+        seed) each, in order: the study is the record of trials, the cache follows it."""
+        self.history = [h for h in self.history if h["study"] != study]
+        numbers: dict[str, list[int]] = {}
+        best = None
+        for number, params, mode, seed in trials:
+            ev = self._evals.get(point_key(params))
+            time_us = ev.time_us if ev is not None and ev.counts else None
+            best = time_us if best is None or (time_us is not None and time_us < best) else best
+            numbers.setdefault(point_key(params), []).append(number)
+            self.history.append({"study": study, "mode": mode, "seed": seed, "trial": number,
+                                 "time_us": time_us, "best_so_far_us": best})
+        for key, ev in self._evals.items():
+            ev.trial_numbers = numbers.get(key, [])
 
     def best(self) -> Evaluation | None:
         """Fastest configuration that was timed and passed validation."""
@@ -140,7 +200,11 @@ class TuningCache:
         }
 
     def save(self) -> None:
-        if self.path is None:
+        if self.path is None or self._lock is None:
             return
-        # compact (the C encoder, fast to rewrite); atomic: a kill leaves the previous file
-        records.write_json(self.path, self.to_json(), indent=None)
+        with self._lock:  # merge first: another process may have written since
+            data = self._read()
+            if data is not None:
+                self.fill(data)
+            # compact (the C encoder, fast to rewrite); atomic: a kill leaves the previous file
+            records.write_json(self.path, self.to_json(), indent=None)

@@ -59,8 +59,15 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--trials", type=_positive, default=30,
                    help="trials per study (tpe; default 30)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--worker-seed", type=int, default=None,
+                   help="sampler seed of this worker when several share one study (default: "
+                        "--seed); give each worker its own")
+    p.add_argument("--workers", type=_positive, default=1,
+                   help="start N worker processes on one study, worker i with sampler seed "
+                        "--seed + i on GPU i (CUDA_VISIBLE_DEVICES)")
     p.add_argument("--storage", default=None,
-                   help="Optuna storage URL or journal file (default: "
+                   help="journal file, sqlite:///FILE or postgresql://USER@HOST/DB shared by "
+                        "workers on several machines (default: "
                         "<out>/<gpu>/tuning/optuna.journal)")
     p.add_argument("--out", type=Path, default=Path("reports"), help="reports folder")
     p.add_argument("--time-budget", type=float, default=None,
@@ -74,9 +81,43 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    try:
+        task = task_args(args.kernel, args.shape, args.template)
+    except ValueError as exc:
+        print(f"pycuda-heads tune: {exc}", file=sys.stderr)
+        return 2
+    return _run(args, [task])
+
+
+def task_args(kernel: str, shape: str, template: str | None
+              ) -> tuple[str, dict[str, int], dict[str, int] | None]:
+    """(kernel, shape, template) from the command line; a ValueError in one line naming the
+    argument when one is malformed or does not fit the kernel."""
+    from pycuda_heads.catalog import catalog
     from pycuda_heads.records import parse_dims
-    template = parse_dims(args.template) if args.template else None
-    return _run(args, [(args.kernel, parse_dims(args.shape), template)])
+    if kernel not in catalog():
+        raise ValueError(f"--kernel {kernel!r} is unknown; kernels: "
+                         f"{', '.join(sorted(catalog().specs))}")
+    spec = catalog()[kernel]
+    axes = set(spec.suite[0])
+    dims = {}
+    for option, text, allowed, need_all in (("--shape", shape, axes, True),
+                                            ("--template", template, set(spec.template_keys),
+                                             False)):
+        if text is None:
+            continue
+        try:
+            dims[option] = parse_dims(text)
+        except ValueError as exc:
+            raise ValueError(f"{option}: {exc}") from None
+        given = set(dims[option])
+        if given - allowed or (need_all and given != allowed):
+            raise ValueError(f"{option} {text!r}: {kernel} takes {', '.join(sorted(allowed))}"
+                             + ("" if need_all else " (the rest from the suite)"))
+        bad = [f"{k}={v}" for k, v in dims[option].items() if v < 1]
+        if bad:
+            raise ValueError(f"{option} {text!r}: {', '.join(bad)} must be >= 1")
+    return kernel, dims["--shape"], dims.get("--template")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -92,6 +133,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                        if s.id in kernels])
 
 
+def _spawn_workers(args: argparse.Namespace) -> int:
+    """Run this command as ``args.workers`` processes on one study, one GPU each."""
+    import subprocess
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    procs = []
+    for i in range(args.workers):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus[i] if gpus[0] and i < len(gpus)
+               else str(i)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "pycuda_heads.cli", *sys.argv[1:],
+                                       "--workers", "1", "--worker-seed", str(args.seed + i)],
+                                      env=env))
+    return max(p.wait() for p in procs)
+
+
 def _run(args: argparse.Namespace, specs: list) -> int:
     import optuna
 
@@ -99,13 +154,23 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     from pycuda_heads.core.device import GpuUnavailableError
 
     from .constraints import Feasibility, spec_static
+    from .locks import Locked
     from .objective import GpuContext, GpuEvaluator
     from .progress import Budget, Progress
     from .session import EvaluatorBroken
     from .spaces import TuningTask
+    from .storage import check_storage
     from .sweep import run_sweep
 
+    if args.workers > 1:
+        return _spawn_workers(args)
     started = time.time()
+    try:  # everything the user typed is checked before any GPU work
+        check_storage(args.storage)
+        _writable(Path(args.out))
+    except (ValueError, OSError) as exc:
+        print(f"pycuda-heads {args.command}: {exc}", file=sys.stderr)
+        return 2
     try:
         gpu = GpuContext.current()
     except GpuUnavailableError as exc:
@@ -124,7 +189,8 @@ def _run(args: argparse.Namespace, specs: list) -> int:
             evaluator_for=lambda t: GpuEvaluator(t, reps=args.reps, warmup=args.warmup),
             feasibility_for=lambda t: Feasibility(t, spec_static(t, gpu.arch),
                                                   gpu.max_shared_bytes),
-            out=args.out, mode=args.mode, trials=args.trials, seed=args.seed,
+            out=args.out, mode=args.mode, trials=args.trials,
+            seed=args.seed if args.worker_seed is None else args.worker_seed,
             storage=args.storage, budget=Budget(args.time_budget),
             progress=Progress(enabled=not args.no_progress),
             warm=lambda items: gpu.precompile(items, args.jobs), workers=args.jobs,
@@ -133,6 +199,9 @@ def _run(args: argparse.Namespace, specs: list) -> int:
         print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "
               "command to resume", file=sys.stderr)
         return 4
+    except (ValueError, OSError, Locked) as exc:  # a corrupt cache or journal names its file
+        print(f"pycuda-heads {args.command}: {exc}", file=sys.stderr)
+        return 2
     for o in outcomes:
         best = "no validated configuration" if o.best is None else \
             f"{o.best.time_us:.2f} us {o.best.params}"
@@ -143,6 +212,13 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     status = 0 if len(outcomes) == len(tasks) and not any(o.stopped for o in outcomes) else 3
     records.log_phase(Path(args.out) / gpu.slug, args.command, started, status)
     return status
+
+
+def _writable(out: Path) -> None:
+    """OSError naming ``out`` when results cannot be written there."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"reports folder {out} is not writable")
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -39,13 +39,12 @@ def trials_to_within(task: TuningTask, replay: Replay, target_us: float, seed: i
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
                                 sampler=make_sampler(seed))
 
-    def reached(study: optuna.Study, _: Any) -> None:
+    def reached() -> bool:
         best = cache.best()
-        if best is not None and best.time_us <= target_us:
-            study.stop()
+        return best is not None and best.time_us <= target_us
 
     run_tpe(session, study, seed=seed, trials=max_trials, budget=Budget(),
-            progress=Progress(enabled=False), callbacks=[reached])
+            progress=Progress(enabled=False), stop=reached)
     point_of = {n: point_key(e.params) for e in cache.evaluations for n in e.trial_numbers}
     seen: set[str] = set()
     for n, h in enumerate(cache.history, start=1):

@@ -4,29 +4,54 @@ provenance: date, commit, trials run, tuning time, validation summary."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pycuda_heads import records
 
 from .cache import FAILED_VALIDATION
 from .storage import cache_files, read_runs, tuning_dir
 
+log = logging.getLogger("pycuda_heads.tuning")
 
-def build_table(reports: Path, slug: str) -> dict[str, Any]:
+
+def installed_hash(kernel: str) -> str | None:
+    """The source hash of ``kernel`` as installed; None for a kernel the catalog lacks."""
+    from pycuda_heads.catalog import catalog
+    from pycuda_heads.core.op import op_source_hash
+    return op_source_hash(catalog()[kernel].op) if kernel in catalog() else None
+
+
+def build_table(reports: Path, slug: str,
+                installed: Callable[[str], str | None] = installed_hash) -> dict[str, Any]:
+    """The table of ``slug`` from its caches; a cache tuned for other sources than the
+    installed ones (``installed``) is left out and listed as stale."""
     tdir = tuning_dir(reports, slug)
-    caches = [records.read_json(p, "tuning cache") for p in cache_files(tdir)]
+    caches, stale = [], []
+    for path in cache_files(tdir):
+        c = records.read_json(path, "tuning cache")
+        now = installed(c["kernel"])
+        if now is not None and c.get("source_hash") != now:
+            log.warning("%s: tuned for other kernel sources (%s, installed %s); not exported",
+                        path, c.get("source_hash"), now)
+            stale.append(path.name)
+        else:
+            caches.append(c)
     if not caches:
-        raise FileNotFoundError(f"no tuning data in {tdir}; run `pycuda-heads sweep` first")
+        raise FileNotFoundError(f"no tuning data for the installed sources in {tdir}; run "
+                                "`pycuda-heads sweep` first")
     entries, missing, failures = [], [], []
     for c in caches:
         evals = c["evaluations"]
         failures += [{"kernel": c["kernel"], "shape": c["shape"], "params": e["params"],
                       "reason": e["reason"]} for e in evals if e["state"] == FAILED_VALIDATION]
-        if c["best"] is None:
+        best = c["best"]
+        if best is None or not _finite(best["time_us"]):
             missing.append({"kernel": c["kernel"], "template": c["template"], "shape": c["shape"]})
             continue
-        entries.append(_entry(c, next(e for e in evals if e["params"] == c["best"]["params"])))
+        entries.append(_entry(c, next(e for e in evals if e["params"] == best["params"])))
     entries.sort(key=lambda e: (e["kernel"], sorted(e["template"].items()),
                                 sorted(e["shape"].items())))
     runs = read_runs(tdir)
@@ -49,13 +74,19 @@ def build_table(reports: Path, slug: str) -> dict[str, Any]:
                 "failures": failures,
                 "tasks_without_validated_best": missing,
             },
+            "stale_caches_skipped": stale,
         },
         "entries": entries,
     }
 
 
-def export(reports: Path, slug: str, out_dir: Path) -> Path:
-    table = build_table(reports, slug)
+def _finite(t: Any) -> bool:
+    return isinstance(t, (int, float)) and math.isfinite(t)
+
+
+def export(reports: Path, slug: str, out_dir: Path,
+           installed: Callable[[str], str | None] = installed_hash) -> Path:
+    table = build_table(reports, slug, installed)
     path = Path(out_dir) / f"{slug}.json"
     records.write_json(path, table)
     return path
@@ -77,6 +108,8 @@ def _entry(c: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     ship = bool(cmp.get("significant")) and cmp.get("params") == best["params"]
     default = next((e for e in c["evaluations"] if e["params"] == c["default_params"]), None)
     chosen = best if ship else default
+    if chosen is not None and not _finite(chosen["time_us"]):  # a timing from an older tuner
+        chosen = None
     why = ("faster than the default beyond noise" if ship
            else "not compared with the default yet" if not cmp
            else "the default is the best" if best["params"] == c["default_params"]
@@ -87,7 +120,8 @@ def _entry(c: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
         "kept_default": not ship, "why": why,
         "validated": bool(chosen and chosen.get("validated")),
         "time_us": chosen and chosen["time_us"], "p20_us": chosen and chosen["p20_us"],
-        "p80_us": chosen and chosen["p80_us"], "default_time_us": c["default_time_us"],
+        "p80_us": chosen and chosen["p80_us"],
+        "default_time_us": c["default_time_us"] if _finite(c["default_time_us"]) else None,
         "best_params": best["params"], "best_time_us": best["time_us"],
         "speedup": cmp.get("speedup"), "speedup_ci95": cmp.get("ci"),
         "p_value": cmp.get("p_value"), "source_hash": c.get("source_hash", ""),

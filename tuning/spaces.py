@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import optuna
 from optuna.distributions import CategoricalDistribution
 
+from pycuda_heads.core.op import op_source_hash
 from pycuda_heads.core.space import KernelSpace, Point
 from pycuda_heads.core.spec import KernelSpec
 from pycuda_heads.records import dims_label
@@ -60,7 +61,7 @@ class TuningTask:
         return cls(kernel=spec.id, space=spec.space,
                    template=spec.template({**SUITE_TEMPLATE, **(template or {})}),
                    shape={k: int(v) for k, v in shape.items()}, gpu=gpu, slug=slug, spec=spec,
-                   source_hash=family_source_hash(spec))
+                   source_hash=op_source_hash(spec.op))
 
     @property
     def family(self) -> str:
@@ -79,9 +80,3 @@ class TuningTask:
     def label(self) -> str:
         return f"{self.kernel} {dims_label(self.shape)}"
 
-
-def family_source_hash(spec: KernelSpec) -> str:
-    """Hash of a family's rendered source (shared header inlined) and the compiler options."""
-    from pycuda_heads.core.compile import NVCC_OPTIONS
-    from pycuda_heads.core.source import render, variant_hash
-    return variant_hash(render(spec.family, {}, spec.source_dir), NVCC_OPTIONS)

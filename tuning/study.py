@@ -8,23 +8,36 @@ records its outcome as user attributes (state, validated, reason) and as constra
     INFEASIBLE, ERROR  -> PRUNED trial, never timed      (constraint "infeasible" / "error")
     FAILED_VALIDATION  -> COMPLETE with its time          (constraint "validation")
     COMPLETE           -> COMPLETE with its time, every constraint 0
+
+Trials are asked for and told by hand (not ``study.optimize``), so that several workers can
+share the study: each asks in its turn (``workers.Turns``), which keeps the number of finished
+trials exactly at the target and never lets two workers time one configuration.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import os
+import time
+import warnings
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from pycuda_heads.core.space import KernelSpace
 
+from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
-from .progress import Budget, Progress
+from .locks import pid_alive
+from .progress import Bar, Budget, Progress
 from .session import Session
 from .spaces import all_points, distributions, point_key, suggest
+from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 
 MODES = ("tpe", "exhaustive")
-Callback = Callable[[optuna.Study, FrozenTrial], None]
+Turn = Callable[[], ContextManager[Any]]
+#: a claim on an exhaustive configuration older than this is void (its worker is gone)
+CLAIM_S = 900.0
 _CONSTRAINTS = {"infeasible": INFEASIBLE, "error": ERROR, "validation": FAILED_VALIDATION}
 _COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # a FAIL trial was interrupted: no result
 
@@ -33,12 +46,31 @@ def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def outcome(ev: Evaluation) -> dict[str, Any]:
+def outcome(ev: Evaluation, mode: str, seed: int) -> dict[str, Any]:
     """How ``ev`` is written into a trial: its state, value, user attributes, constraints."""
     return {"state": TrialState.PRUNED if ev.time_us is None else TrialState.COMPLETE,
             "value": ev.time_us,
-            "user_attrs": {"state": ev.state, "validated": ev.validated, "reason": ev.reason},
+            "user_attrs": {"state": ev.state, "validated": ev.validated, "reason": ev.reason,
+                           "p20_us": ev.p20_us, "p80_us": ev.p80_us, "mode": mode,
+                           "seed": seed},
             "constraints": {k: 1.0 if ev.state == s else 0.0 for k, s in _CONSTRAINTS.items()}}
+
+
+def from_trial(t: FrozenTrial) -> Evaluation:
+    """The result another worker wrote into a finished trial."""
+    a = t.user_attrs
+    return Evaluation(dict(t.params), a["state"], time_us=t.value, p20_us=a.get("p20_us"),
+                      p80_us=a.get("p80_us"), reason=a.get("reason"),
+                      validated=bool(a.get("validated")))
+
+
+def sync_history(session: Session, study: optuna.Study) -> None:
+    """The cache's history of ``study`` := its finished trials (the study is the record)."""
+    finished = sorted(study.get_trials(deepcopy=False, states=_COUNTED), key=lambda t: t.number)
+    session.cache.set_trials(study.study_name, [
+        (t.number, t.params, t.user_attrs.get("mode", "tpe"), t.user_attrs.get("seed", 0))
+        for t in finished])
+    session.cache.save()
 
 
 def remaining(study: optuna.Study, mode: str, trials: int, space: KernelSpace) -> int:
@@ -52,78 +84,137 @@ def remaining(study: optuna.Study, mode: str, trials: int, space: KernelSpace) -
 
 
 def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, budget: Budget,
-            progress: Progress, callbacks: Sequence[Callback] = ()) -> int:
-    """Run the study up to ``trials`` finished trials, resuming from what it already holds.
-    Returns the number of trials run now."""
+            progress: Progress, turn: Turn = nullcontext,
+            stop: Callable[[], bool] | None = None) -> int:
+    """Run the study up to ``trials`` finished trials in all, resuming from what it already
+    holds and sharing it with any other worker. Returns the number of trials run now."""
     space = session.task.space
-    total = remaining(study, "tpe", trials, space)
-    if total == 0:
-        return 0
-    # the default first: every table entry is compared with it
-    study.enqueue_trial(dict(space.default), skip_if_exists=True)
-    ran = []
-
-    def objective(trial: optuna.Trial) -> float:
-        params = suggest(trial, space)
-        bar.candidate(params)
-        session.evaluate(params)
-        session.settle()  # may validate this candidate, or find it failing
-        ev = session.cache.get(params)
-        session.cache.add_trial(params, study.study_name, "tpe", seed, trial.number)
-        session.cache.save()
-        ran.append(trial.number)
-        record = outcome(ev)
-        for key, value in record["user_attrs"].items():
-            trial.set_user_attr(key, value)
-        for key, value in record["constraints"].items():
-            trial.set_constraint(key, value)
-        best = session.cache.best()
-        bar.done(best.time_us if best else None)
-        if ev.time_us is None:
-            raise optuna.TrialPruned(ev.reason)
-        return ev.time_us
-
-    def stop_when_spent(study: optuna.Study, _: FrozenTrial) -> None:
-        if budget.expired():
-            study.stop()
-
-    with progress.bar(total, session.task.label()) as bar:
-        study.optimize(objective, n_trials=total, callbacks=[stop_when_spent, *callbacks])
-    return len(ran)
+    ran = 0
+    with progress.bar(remaining(study, "tpe", trials, space), session.task.label()) as bar:
+        while not budget.expired() and not (stop is not None and stop()):
+            with turn():
+                fail_stale(study)
+                counts = _counts(study)
+                if counts[0] >= trials:
+                    break
+                trial = None
+                if sum(counts) < trials:  # else the last trials are another worker's
+                    _queue_default(study, space)
+                    with warnings.catch_warnings():  # we beat by hand: ask/tell, not optimize
+                        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+                        trial = study.ask()
+                    claim(study, trial)
+                    params = suggest(trial, space)
+            if trial is None:
+                time.sleep(POLL_S)
+                continue
+            try:
+                with heartbeat(study, trial):
+                    _run_trial(session, study, trial, params, seed, bar, turn)
+            except BaseException:  # this process may live on: no trial of it stays RUNNING
+                study.tell(trial, state=TrialState.FAIL)
+                raise
+            ran += 1
+    return ran
 
 
-def record_exhaustive(session: Session, study: optuna.Study, seed: int) -> int:
+def _counts(study: optuna.Study) -> tuple[int, int]:
+    """(finished, running) trials."""
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    return sum(s in _COUNTED for s in states), states.count(TrialState.RUNNING)
+
+
+def _queue_default(study: optuna.Study, space: KernelSpace) -> None:
+    """The default first, and again until a trial has finished on it: every table entry is
+    compared with it (a kill during its trial must not leave it untimed)."""
+    default = dict(space.default)
+    if not any(t.params == default for t in study.get_trials(deepcopy=False)
+               if t.state != TrialState.FAIL):
+        study.enqueue_trial(default)
+
+
+def _run_trial(session: Session, study: optuna.Study, trial: optuna.Trial,
+               params: dict[str, Any], seed: int, bar: Bar, turn: Turn) -> None:
+    bar.candidate(params)
+    cache = session.cache
+    cache.refresh()
+    while cache.get(params) is None:
+        done = next((t for t in study.get_trials(deepcopy=False, states=_COUNTED)
+                     if t.params == params and "state" in t.user_attrs), None)
+        if done is not None:  # timed by a worker on another machine
+            cache.put(from_trial(done))
+        elif running_elsewhere(study, trial, params) is not None:
+            time.sleep(POLL_S)  # another worker is timing it: wait for its result
+            with turn():  # unless that worker died
+                fail_stale(study)
+            cache.refresh()
+        else:
+            session.evaluate(params)
+    session.settle()  # may validate this candidate, or find it failing
+    record = outcome(cache.get(params), "tpe", seed)
+    for key, value in record["user_attrs"].items():
+        trial.set_user_attr(key, value)
+    for key, value in record["constraints"].items():
+        trial.set_constraint(key, value)
+    study.tell(trial, record["value"], state=record["state"])
+    sync_history(session, study)
+    best = cache.best()
+    bar.done(best.time_us if best else None)
+
+
+def record_exhaustive(session: Session, study: optuna.Study, seed: int,
+                      turn: Turn = nullcontext) -> int:
     """Add one finished trial per point of the space not covered yet, from the cache (every
     point must be evaluated: run the exhaustive batch phase first). One storage write per
     trial, instead of the dozen an ask/tell trial costs. Returns the number added."""
-    covered = {point_key(t.params) for t in study.get_trials(deepcopy=False, states=_COUNTED)}
-    points = [p for p in all_points(session.task.space) if point_key(p) not in covered]
-    if not points:
-        return 0
     dists = distributions(session.task.space)
-    before = {t.number for t in study.get_trials(deepcopy=False)}
-    study.add_trials([optuna.trial.create_trial(params=p, distributions=dists,
-                                                **outcome(session.cache.get(p)))
-                      for p in points])
-    added = {point_key(t.params): t.number for t in study.get_trials(deepcopy=False)
-             if t.number not in before}
-    for p in points:
-        session.cache.add_trial(p, study.study_name, "exhaustive", seed, added[point_key(p)])
-    session.cache.save()
+    with turn():
+        covered = {point_key(t.params)
+                   for t in study.get_trials(deepcopy=False, states=_COUNTED)}
+        points = [p for p in all_points(session.task.space) if point_key(p) not in covered]
+        study.add_trials([optuna.trial.create_trial(
+            params=p, distributions=dists, **outcome(session.cache.get(p), "exhaustive", seed))
+            for p in points])
+    sync_history(session, study)
     return len(points)
 
 
-def prefill(session: Session, budget: Budget, progress: Progress) -> bool:
-    """Evaluate every point not in the cache yet (the default first); False when the budget ran
-    out first (what was timed is kept in the cache; validation waits for the next run)."""
-    pending = [p for p in all_points(session.task.space) if session.cache.get(p) is None]
-    with progress.bar(len(pending), f"{session.task.label()} timing", unit="config") as bar:
-        for point in pending:
+def prefill(session: Session, study: optuna.Study, budget: Budget, progress: Progress,
+            turn: Turn = nullcontext) -> bool:
+    """Evaluate every point not in the cache yet (the default first), sharing the work with
+    any other worker through claims on the points; False when the budget ran out first (what
+    was timed is kept in the cache; validation waits for the next run)."""
+    cache = session.cache
+    points = all_points(session.task.space)
+    with progress.bar(sum(cache.get(p) is None for p in points),
+                      f"{session.task.label()} timing", unit="config") as bar:
+        while pending := [p for p in points if cache.get(p) is None]:
             if budget.expired():
                 return False
+            with turn():
+                claims = study._storage.get_study_system_attrs(study._study_id)
+                point = next((p for p in pending
+                              if not _claimed(claims.get(f"claim:{point_key(p)}"))), None)
+                if point is not None:
+                    study._storage.set_study_system_attr(
+                        study._study_id, f"claim:{point_key(point)}",
+                        {"host": workers.HOST, "pid": os.getpid(), "at": time.time()})
+            if point is None:  # the rest is being timed by other workers
+                time.sleep(POLL_S)
+                cache.refresh()
+                continue
             bar.candidate(point)
             session.evaluate(point)
-            best = min((e.time_us for e in session.cache.evaluations if e.counts), default=None)
-            bar.done(best)
+            bar.done(min((e.time_us for e in cache.evaluations if e.counts), default=None))
+            cache.refresh()
     session.settle()
     return True
+
+
+def _claimed(owner: dict[str, Any] | None) -> bool:
+    """Whether a claim binds this worker: someone else's, alive and recent."""
+    if owner is None or time.time() - owner["at"] > CLAIM_S:
+        return False
+    if owner["host"] != workers.HOST:
+        return True
+    return owner["pid"] != os.getpid() and pid_alive(int(owner["pid"]))

@@ -17,6 +17,7 @@ from .progress import Budget, Progress
 from .session import Evaluator, Session
 from .spaces import TuningTask, distributions, point_key
 from .storage import cache_path, open_storage, open_study, tuning_dir
+from .workers import Turns
 from .study import MODES, make_sampler, prefill, record_exhaustive, remaining, run_tpe
 
 log = logging.getLogger("pycuda_heads.tuning")
@@ -44,15 +45,17 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
     tdir = tuning_dir(out, task.slug)
     cache = TuningCache.load(task, cache_path(tdir, task))
     session = Session(task, feasibility, evaluator, cache)
-    stopped = mode == "exhaustive" and not prefill(session, budget, progress)
+    storage = open_storage(storage, tdir)
+    study = open_study(task, storage, make_sampler(seed))
+    turn = Turns(storage, task.study_name, tdir / f"{task.name}.lock").turn
     ran = 0
+    stopped = mode == "exhaustive" and not prefill(session, study, budget, progress, turn)
     if not stopped:
-        study = open_study(task, open_storage(storage, tdir), make_sampler(seed))
         if mode == "exhaustive":
-            ran = record_exhaustive(session, study, seed)
+            ran = record_exhaustive(session, study, seed, turn)
         else:
             ran = run_tpe(session, study, seed=seed, trials=trials, budget=budget,
-                          progress=progress)
+                          progress=progress, turn=turn)
         stopped = remaining(study, mode, trials, task.space) > 0
         cache.importance = importance(task, cache.evaluations)
     if not stopped:

@@ -11,6 +11,9 @@ import numpy as np
 
 from .device import allocator, cuda
 
+# Kernels index elements with 32-bit ints.
+MAX_ELEMENTS = 2**31 - 1
+
 
 @lru_cache(maxsize=None)
 def _gpuarray() -> Any:
@@ -55,6 +58,9 @@ def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
         bound = dims.setdefault(label, n)
         if n < 1 or bound != n:
             _shape_error(name, shape, axes, dims)
+    if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
+        raise ValueError(f"{name}: shape {tuple(shape)} has more than {MAX_ELEMENTS} elements, "
+                         "the most the kernels index; split the batch")
 
 
 def _shape_error(name: str, shape: Sequence[int], axes: Sequence[str],
@@ -84,7 +90,7 @@ def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, 
     if type(x) is gpuarray.GPUArray:  # the common case: checked inline, nothing built
         shape = x.shape
         if x.dtype == dtype and x.strides == _c_strides(shape, dtype.itemsize) \
-                and len(shape) == len(axes):
+                and len(shape) == len(axes) and x.size <= MAX_ELEMENTS:
             for label, n in zip(axes, shape):
                 if dims.setdefault(label, n) != n or n < 1:
                     _shape_error(name, shape, axes, dims)

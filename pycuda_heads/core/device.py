@@ -24,7 +24,9 @@ def cuda() -> Any:
         import pycuda.driver as drv
     except ImportError as exc:
         raise GpuUnavailableError(
-            "pycuda-heads needs PyCUDA for GPU work: pip install 'pycuda-heads[gpu]'") from exc
+            "pycuda-heads needs PyCUDA for GPU work: pip install '.[gpu]' in a checkout of "
+            "pycuda-heads (PyCUDA builds from source: it needs the CUDA toolkit with nvcc and "
+            "cuda.h, g++ and python3-dev)") from exc
     except Exception as exc:  # pycuda raises its own error types when no driver/device exists
         raise GpuUnavailableError(f"no usable CUDA device: {exc}") from exc
     return drv

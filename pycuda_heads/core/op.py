@@ -2,12 +2,17 @@
 tuned table > default), compiled-kernel cache and the report of what was chosen."""
 from __future__ import annotations
 
+import hashlib
 import logging
+import sys
+from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 from . import device
-from .compile import Kernel, get_kernel
+from .compile import NVCC_OPTIONS, Kernel, get_kernel
+from .source import render
 from .space import KernelSpace
 from .tuned import lookup
 
@@ -45,7 +50,16 @@ class Op:
                 raise ValueError(f"{type(self).__name__}: {key.lower()} must be a positive int, "
                                  f"got {value!r}")
         self.template = dict(template)
+        name = type(self).__name__
+        if launch is not None and not isinstance(launch, Mapping):
+            raise TypeError(f"{name}: launch= must map kernel roles to parameter dicts, e.g. "
+                            f"{{{next(iter(self.SPACES))!r}: {{'BLOCK': 256}}}}, got "
+                            f"{type(launch).__name__}")
         launch = dict(launch or {})
+        for role, params in launch.items():
+            if not isinstance(params, Mapping):
+                raise TypeError(f"{name}: launch[{role!r}] must be a dict of launch "
+                                f"parameters, got {params!r}")
         unknown = set(launch) - set(self.SPACES)
         if unknown:
             raise ValueError(f"{type(self).__name__}: launch= has unknown kernels {sorted(unknown)}; "
@@ -95,7 +109,8 @@ class Op:
         if role in self._user:
             params, source = self._user[role], "user"
         else:
-            tuned, source = lookup(space.kernel, self.template, shape, self._slug)
+            tuned, source = lookup(space.kernel, self.template, shape, self._slug,
+                                   op_source_hash(type(self)))
             params = space.complete(tuned) if tuned else dict(space.default)
             if tuned and self._violated(space, params, shape):
                 params, source = dict(space.default), f"default (tuned entry cannot run {dict(shape)})"
@@ -138,3 +153,37 @@ class HorizonOp(Op):
 
     def _dims(self) -> dict[str, int]:
         return {"H": self.n_horizons, "D": self.hidden_dim}
+
+
+def _modules_used(module: ModuleType) -> list[ModuleType]:
+    """``module`` and every module of its package it takes a name from, transitively: the op
+    module and the ops it calls (the reduce of a backward pass)."""
+    package = module.__name__.rpartition(".")[0]
+    seen, todo = {module.__name__: module}, [module]
+    while todo:
+        for value in vars(todo.pop()).values():
+            name = getattr(value, "__module__", None)
+            if package and isinstance(name, str) and name.rpartition(".")[0] == package \
+                    and name not in seen and name in sys.modules:
+                seen[name] = sys.modules[name]
+                todo.append(sys.modules[name])
+    return [seen[name] for name in sorted(seen)]
+
+
+@lru_cache(maxsize=None)
+def op_source_hash(op: type) -> str:
+    """Identity of everything that decides how ``op`` runs: its module (the host launch code:
+    grids, shared-memory sizes), the ``.cu`` file of every op family that module and the ops it
+    calls define (shared header inlined) and the compiler options. A tuned entry holds it and
+    applies only while it is unchanged."""
+    h = hashlib.sha256("\0".join(NVCC_OPTIONS).encode())
+    for module in _modules_used(sys.modules[op.__module__]):
+        h.update(module.__name__.encode() + b"\0")
+        if getattr(module, "__file__", None):
+            h.update(Path(module.__file__).read_bytes() + b"\0")
+        families = {(v.FAMILY, v.SOURCE_DIR) for v in vars(module).values()
+                    if isinstance(v, type) and issubclass(v, Op) and v.__module__ ==
+                    module.__name__ and hasattr(v, "FAMILY")}
+        for family, folder in sorted(families, key=lambda f: f[0]):
+            h.update(render(family, {}, folder).encode() + b"\0")
+    return h.hexdigest()[:16]

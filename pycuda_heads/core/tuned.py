@@ -7,9 +7,10 @@ A table is one JSON file per GPU (``<gpu-slug>.json``) written by ``pycuda-heads
                   "shape": {"B": 4096, "K": 256}, "params": {"BLOCK": 256, ...},
                   "time_us": 123.4, "default_time_us": 150.0, "validated": true}, ...]}
 
-An entry applies when kernel and template constants match exactly and the shape's size lies in
-the range the entry stands for (between its suite neighbours, see ``size_range``); elsewhere the
-op uses its default and ``op.chosen`` says why. The environment variable
+An entry applies when kernel and template constants match exactly, its ``source_hash`` is that
+of the installed sources (``op_source_hash``: kernels, host launch code and the ops it calls)
+and the shape's size lies in the range the entry stands for (between its suite neighbours, see
+``size_range``); elsewhere the op uses its default and ``op.chosen`` says why. The environment variable
 PYCUDA_HEADS_TUNED_DIR points at another folder of tables.
 """
 from __future__ import annotations
@@ -50,6 +51,8 @@ def load_table(slug: str) -> dict[str, Any] | None:
         table = _load(str(path), path.stat().st_mtime)
         if not isinstance(table, dict) or not isinstance(table.get("entries", []), list):
             raise ValueError("not a table of entries")
+        if not all(_well_formed(e) for e in table.get("entries", ())):
+            raise ValueError("an entry lacks its kernel, template, shape or params")
     except (OSError, ValueError) as exc:
         if str(path) not in _WARNED:
             _WARNED.add(str(path))
@@ -57,6 +60,12 @@ def load_table(slug: str) -> dict[str, Any] | None:
                         "parameters", path, exc)
         return None
     return table
+
+
+def _well_formed(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("kernel"), str) and all(
+        isinstance(entry.get(k), dict) for k in ("template", "shape", "params")) and all(
+        isinstance(v, int) and v > 0 for v in entry["shape"].values())
 
 
 def _size(shape: Mapping[str, int]) -> float:
@@ -78,8 +87,9 @@ def size_range(sizes: list[float], i: int) -> tuple[float, float]:
 
 
 def lookup(kernel: str, template: Mapping[str, int], shape: Mapping[str, int],
-           slug: str) -> tuple[dict[str, Any] | None, str]:
-    """(params, where they came from); params is None when no validated entry applies.
+           slug: str, source_hash: str | None = None) -> tuple[dict[str, Any] | None, str]:
+    """(params, where they came from); params is None when no validated entry applies. With
+    ``source_hash``, entries tuned for other sources are rejected.
 
     An entry applies only within the size range it stands for (``size_range``, sizes being the
     product of the shape's axes), so a configuration tuned at one size is never carried to a
@@ -94,6 +104,12 @@ def lookup(kernel: str, template: Mapping[str, int], shape: Mapping[str, int],
                   key=lambda e: _size(e["shape"]))
     if not mine:
         return None, f"default (no tuned {kernel} for {template} on {slug})"
+    current = [e for e in mine if source_hash is None or e.get("source_hash") == source_hash]
+    if not current:
+        return None, (f"default (the tuned {kernel} entries on {slug} are for other kernel "
+                      f"sources, {mine[0].get('source_hash')!r} not {source_hash!r}: re-run "
+                      "`pycuda-heads sweep` and `export`)")
+    mine = current
     sizes, size = [_size(e["shape"]) for e in mine], _size(shape)
     for i, entry in enumerate(mine):
         lo, hi = size_range(sizes, i)

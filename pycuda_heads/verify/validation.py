@@ -4,11 +4,22 @@ Each variant (the default launch parameters of every kernel, and every entry of 
 table for this GPU) runs ``checks.validate_case`` over a grid of shapes; the record keeps, per
 variant, what was checked, the errors, pass/fail and the hash of its rendered source, and the
 hash of all kernel sources. A CPU test fails when the sources change without a new record.
+
+With ``--sanitize`` every variant also runs under each tool of NVIDIA's compute-sanitizer
+(memcheck, racecheck, initcheck, synccheck) at its smallest shape, in a child process per tool
+and variant (``python -m pycuda_heads.verify.validation KERNEL PARAMS``); the findings, read
+from the tool's "ERROR SUMMARY", go into the record, and a variant passes only with none.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -65,8 +76,52 @@ def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
     return out
 
 
+SANITIZER = "compute-sanitizer"
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def sanitize(spec: KernelSpec, params: Mapping[str, Any], shapes: Shapes,
+             tools: Iterable[str] = SANITIZER_TOOLS, timeout_s: float = 900) -> dict[str, Any]:
+    """Findings of each compute-sanitizer tool on the variant at its smallest shape:
+    ``{tool: {"errors": N or None, "exit": status, "shape": ...}}``; ``errors`` is None when
+    the run gave no summary (a crash or a timeout), which counts as a finding."""
+    template, shape = min(shapes, key=lambda ts: math.prod(ts[1].values()))
+    out: dict[str, Any] = {}
+    for tool in tools:
+        cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "86", sys.executable, "-m",
+               __name__, spec.id, json.dumps({"params": dict(params), "template": template,
+                                              "shape": shape})]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            text, status = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired:
+            text, status = f"timed out after {timeout_s:.0f} s", None
+        found = _SUMMARY.findall(text)
+        out[tool] = {"errors": int(found[-1]) if found else None, "exit": status,
+                     "template": template, "shape": shape,
+                     "log": "" if found and found[-1] == "0" and status == 0 else text[-2000:]}
+    return out
+
+
+def findings(sanitizer: Mapping[str, Any]) -> int:
+    """Errors over all tools; a run without a summary counts as one."""
+    return sum(1 if r["errors"] is None else r["errors"] + (r["exit"] not in (0, 86))
+               for r in sanitizer.values())
+
+
+def _sanitize_child(kernel: str, spec_json: str) -> int:
+    """Launch one variant once at one shape (the process compute-sanitizer watches)."""
+    from ..core.device import cuda
+    from .cases import Case
+    given = json.loads(spec_json)
+    Case(catalog()[kernel], given["shape"], given["params"], given["template"]).launch()
+    cuda().Context.synchronize()
+    return 0
+
+
 def write_record(out_dir: Path, kernels: list[str] | None = None,
-                 commit: str | None = None) -> dict[str, Any]:
+                 commit: str | None = None, sanitizer: bool = False) -> dict[str, Any]:
     from tqdm import tqdm
 
     from ..core.device import gpu_name, gpu_slug
@@ -78,6 +133,9 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
     variants = []
     for spec, params, source, shapes in tqdm(todo, desc="validate", unit="variant"):
         variants.append(variant_record(spec, params, source, shapes))
+        if sanitizer:
+            variants[-1]["sanitizer"] = sanitize(spec, params, shapes)
+            variants[-1]["passed"] &= findings(variants[-1]["sanitizer"]) == 0
     record = {"gpu": gpu_name(), "gpu_slug": slug,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "commit": commit or records.git_state()["describe"],
@@ -85,7 +143,11 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
               "seconds": round(time.perf_counter() - started, 1),
               "summary": {"variants": len(variants),
                           "passed": sum(v["passed"] for v in variants),
-                          "runs": sum(len(v["runs"]) for v in variants)},
+                          "runs": sum(len(v["runs"]) for v in variants),
+                          **({"sanitizer_tools": list(SANITIZER_TOOLS),
+                              "sanitizer_findings": sum(findings(v["sanitizer"])
+                                                        for v in variants)}
+                             if sanitizer else {})},
               "variants": variants}
     records.write_json(out_dir / slug / records.VALIDATION_JSON, record)
     return record
@@ -94,8 +156,12 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
 def _run(args: argparse.Namespace) -> int:
     from ..core.device import GpuUnavailableError
     started = time.time()
+    if args.sanitize and shutil.which(SANITIZER) is None:
+        print(f"pycuda-heads validate: --sanitize needs {SANITIZER} on the PATH (it comes with "
+              "the CUDA toolkit)")
+        return 2
     try:
-        record = write_record(Path(args.out), args.kernels, args.commit)
+        record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize)
     except GpuUnavailableError as exc:
         print(f"pycuda-heads validate: {exc}")
         return 2
@@ -106,6 +172,9 @@ def _run(args: argparse.Namespace) -> int:
         for run in v["runs"]:
             for failure in run["failures"]:
                 print(f"     {_label(run)}: {failure}")
+        for tool, r in v.get("sanitizer", {}).items():
+            if r["errors"] != 0 or r["exit"] != 0:
+                print(f"     {SANITIZER} {tool}: {r['errors']} errors, exit {r['exit']}")
     s = record["summary"]
     print(f"{s['passed']}/{s['variants']} variants passed over {s['runs']} shape runs; record in "
           f"{Path(args.out) / record['gpu_slug'] / records.VALIDATION_JSON}")
@@ -121,4 +190,11 @@ def register(sub: Any) -> None:
     p.add_argument("--kernels", nargs="*", choices=sorted(catalog().specs),
                    help="only these kernels")
     p.add_argument("--commit", help="commit to record (default: git describe, else 'unknown')")
+    p.add_argument("--sanitize", action="store_true",
+                   help=f"also run every variant under {SANITIZER} ({', '.join(SANITIZER_TOOLS)})"
+                        " at its smallest shape; 0 findings required")
     p.set_defaults(func=_run)
+
+
+if __name__ == "__main__":
+    sys.exit(_sanitize_child(*sys.argv[1:]))

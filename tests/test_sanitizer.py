@@ -1,0 +1,82 @@
+"""CPU: `validate --sanitize` with a fake compute-sanitizer on the PATH: the command it is given,
+the parsing of its "ERROR SUMMARY" and the findings in the validation record."""
+import json
+import os
+import stat
+import sys
+
+import pytest
+
+from pycuda_heads.catalog import catalog
+from pycuda_heads.verify import validation
+
+FAKE = """#!{python}
+import json, sys
+args = sys.argv[1:]
+tool = args[args.index("--tool") + 1]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+errors = {{"racecheck": 2, "synccheck": None}}.get(tool, 0)
+if errors is None:
+    print("Segmentation fault")
+    sys.exit(139)
+print("========= COMPUTE-SANITIZER")
+print(f"========= ERROR SUMMARY: {{errors}} error{{'' if errors == 1 else 's'}}")
+sys.exit(86 if errors else 0)
+"""
+
+
+@pytest.fixture
+def fake_sanitizer(tmp_path, monkeypatch):
+    log = tmp_path / "calls.jsonl"
+    script = tmp_path / "bin" / "compute-sanitizer"
+    script.parent.mkdir()
+    script.write_text(FAKE.format(python=sys.executable, log=str(log)))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_each_tool_runs_the_variant_at_its_smallest_shape(fake_sanitizer):
+    spec = catalog()["gate.backward"]
+    shapes = [({"N_HORIZONS": 5}, {"B": 1000}), ({"N_HORIZONS": 1}, {"B": 7})]
+    found = validation.sanitize(spec, {"BLOCK": 64, "ROWS": 256}, shapes)
+    assert list(found) == list(validation.SANITIZER_TOOLS)
+    assert found["memcheck"]["errors"] == 0 and found["initcheck"]["exit"] == 0
+    assert found["racecheck"]["errors"] == 2 and found["racecheck"]["exit"] == 86
+    assert found["synccheck"]["errors"] is None and "Segmentation" in found["synccheck"]["log"]
+    assert validation.findings(found) == 3
+    calls = [json.loads(line) for line in fake_sanitizer.read_text().splitlines()]
+    assert [c[c.index("--tool") + 1] for c in calls] == list(validation.SANITIZER_TOOLS)
+    for c in calls:
+        assert c[c.index("--error-exitcode") + 1] == "86"
+        assert c[-4:-1] == ["-m", "pycuda_heads.verify.validation", "gate.backward"]
+        assert json.loads(c[-1]) == {"params": {"BLOCK": 64, "ROWS": 256},
+                                     "template": {"N_HORIZONS": 1}, "shape": {"B": 7}}
+
+
+def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, tmp_path,
+                                                          monkeypatch):
+    from pycuda_heads.core import device, tuned
+    monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
+    monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
+    monkeypatch.setattr(tuned, "load_table", lambda slug: None)
+    monkeypatch.setattr(validation, "variant_record", lambda spec, params, source, shapes: {
+        "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": []})
+    record = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
+    [variant] = record["variants"]
+    assert variant["sanitizer"]["racecheck"]["errors"] == 2 and not variant["passed"]
+    assert record["summary"]["sanitizer_findings"] == 3
+    assert record["summary"]["sanitizer_tools"] == list(validation.SANITIZER_TOOLS)
+    stored = json.loads((tmp_path / "fake-gpu" / "validation.json").read_text())
+    assert stored["variants"][0]["sanitizer"]["memcheck"]["errors"] == 0
+
+
+def test_sanitize_without_the_tool_is_one_line(tmp_path, monkeypatch, capsys):
+    import argparse
+    monkeypatch.setenv("PATH", str(tmp_path))
+    p = argparse.ArgumentParser()
+    validation.register(p.add_subparsers())
+    args = p.parse_args(["validate", "--sanitize"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().out.count("\n") == 1
