@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -161,7 +162,9 @@ def test_resume_after_sigkill(tmp_path, mode, kill):
     first = worker(tmp_path, log, "--mode", mode, "--kill", kill)
     first.communicate(timeout=240)
     assert first.returncode == -signal.SIGKILL
+    started = time.monotonic()
     finish(worker(tmp_path, log, "--mode", mode))
+    assert time.monotonic() - started < 25  # no lock left behind to wait out
     finished = set()
     for line in log.read_text().splitlines():  # a finished timing is never started again
         _, what, key = line.split(" ", 2)
