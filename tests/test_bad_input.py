@@ -111,7 +111,7 @@ CALLS = [
     ("gate-alpha-rank", lambda: gate().forward(f32(4, H), f32(4, H), f32(H, 1)), ValueError,
      r"alpha: expected a 1-d array"),
     ("gate-batch-mismatch", lambda: gate().forward(f32(4, H), f32(3, H), f32(H)), ValueError,
-     r"residual: expected shape .* B is 4"),
+     r"residual: expected shape .*\(B is 4"),
     ("gate-backward-dtype", lambda: gate().backward(f32(4, H), f32(H),
                                                     f32(4, H).astype(np.float64)),
      TypeError, r"grad_out: expected dtype float32"),
@@ -126,9 +126,6 @@ CALLS = [
     ("frd-label-too-big", lambda: frd().softmax_ce_grad(f32(2, H, A),
                                                         np.full((2, H), A, np.int32)),
      ValueError, r"labels\[0, 0\] = 21 is outside \[-1, 21\)"),
-    ("frd-device-label-below", lambda: frd().softmax_ce_grad(
-        f32(2, H, A), to_gpu(np.full((2, H), -2, np.int32))), ValueError,
-     r"labels\[0, 0\] = -2 is outside"),
     ("frd-atoms", lambda: frd().softmax_ce_grad(f32(2, H, A - 1), np.zeros((2, H), np.int32)),
      ValueError, r"logits: expected shape"),
     ("frd-labels-batch", lambda: frd().softmax_ce_grad(f32(2, H, A), np.zeros((3, H), np.int32)),
@@ -175,17 +172,11 @@ CONSTRUCT = [
 
 
 @pytest.fixture
-def launches(monkeypatch):
-    """Every kernel the ops fetch for launching (an error must come before the first)."""
-    fetched = []
-    kernel = core_op.Op.kernel
-
-    def counting(self, role, params):
-        fetched.append((type(self).__name__, role))
-        return kernel(self, role, params)
-
-    monkeypatch.setattr(core_op.Op, "kernel", counting)
-    return fetched
+def launches():
+    """Every kernel launched inside the test (an error must come before the first)."""
+    from pycuda_heads.core.compile import recorded_launches
+    with recorded_launches() as made:
+        yield made
 
 
 def context_usable():
@@ -216,7 +207,7 @@ def test_bad_constructor_arguments_raise_before_the_gpu(make, error, message, mo
 def test_bad_input_raises_clearly_and_launches_nothing(call, error, message, launches):
     with pytest.raises(error, match=message):
         call()
-    assert launches == []
+    assert [launch[0].name for launch in launches] == []
     context_usable()
 
 
@@ -244,5 +235,19 @@ def test_nan_and_inf_inputs_propagate_and_never_crash(run, shape, bad):
     x = f32(*shape)
     x.flat[0] = bad
     outs = [o.get() for o in run(x)]
-    assert not all(np.isfinite(o).all() for o in outs)  # the bad element shows in the output
+    if run is NON_FINITE[3][1] and bad == -np.inf:
+        # a -inf logit is an atom of probability 0: finite outputs, the loss floored at
+        # -log(1e-30) where that atom is the label
+        assert all(np.isfinite(o).all() for o in outs)
+    else:
+        assert not all(np.isfinite(o).all() for o in outs)  # the bad element shows
+    context_usable()
+
+
+@pytest.mark.gpu
+def test_a_bad_device_label_is_raised_by_synchronize_and_the_context_stays_usable():
+    grad, ce = frd().softmax_ce_grad(f32(2, H, A), to_gpu(np.full((2, H), -2, np.int32)))
+    with pytest.raises(ValueError, match=r"device labels\[0, 0\] = -2 is outside"):
+        ph.synchronize()
+    assert np.isnan(ce.get()).all()  # meanwhile the rows hold NaN, never plausible numbers
     context_usable()

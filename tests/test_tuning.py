@@ -535,17 +535,30 @@ def test_cli_gpu_commands_fail_cleanly_without_a_gpu(capsys):
 
 
 def test_cli_export_and_efficiency(tmp_path, capsys):
-    task = gate_task({"B": 4096})
-    tune(task, Comparing(fail=(), time_fn=gate_time), Feasibility(task), out=tmp_path,
-         mode="exhaustive")
-    args = parser().parse_args(["export", "--reports", str(tmp_path),
-                                "--out", str(tmp_path / "tables")])
-    assert args.func(args) == 0
-    table = json.loads((tmp_path / "tables" / "toy-gpu.json").read_text())
-    assert table["entries"][0]["params"] == {"BLOCK": 256, "ITEMS": 2}
+    def tuned(b: int) -> None:
+        task = gate_task({"B": b})
+        tune(task, Comparing(fail=(), time_fn=gate_time), Feasibility(task), out=tmp_path,
+             mode="exhaustive")
+
+    def export() -> dict:
+        args = parser().parse_args(["export", "--reports", str(tmp_path),
+                                    "--out", str(tmp_path / "tables")])
+        assert args.func(args) == 0
+        return json.loads((tmp_path / "tables" / "toy-gpu.json").read_text())
+
+    tuned(4096)  # one suite shape of three: the kernel ships no entry yet
+    table = export()
+    assert table["entries"] == []
+    assert table["provenance"]["kernels_not_tuned_at_every_suite_shape"] == {
+        "gate.forward": [{"B": 3}, {"B": 65536}]}
+    tuned(3)
+    tuned(65536)
+    table = export()
+    assert [e["shape"] for e in table["entries"]] == [{"B": 3}, {"B": 4096}, {"B": 65536}]
+    assert table["entries"][1]["params"] == {"BLOCK": 256, "ITEMS": 2}
     args = parser().parse_args(["efficiency", "--reports", str(tmp_path), "--seeds", "2"])
     assert args.func(args) == 0
-    assert len(json.loads((tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY_JSON).read_text())) == 1
+    assert len(json.loads((tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY_JSON).read_text())) == 3
     args = parser().parse_args(["export", "--reports", str(tmp_path / "empty")])
     assert args.func(args) == 2
 
@@ -581,7 +594,9 @@ def test_gpu_commands_wire_the_gpu_pieces_together(tmp_path, monkeypatch, capsys
                                 "--out", str(tmp_path / "tables")])
     assert args.func(args) == 0
     table = json.loads((tmp_path / "tables" / "fake-h200.json").read_text())
-    assert len(table["entries"]) == 7 and table["gpu"] == "Fake H200"
+    # pool.forward, tuned at one of its five suite shapes, ships no entry yet
+    assert len(table["entries"]) == 6 and table["gpu"] == "Fake H200"
+    assert list(table["provenance"]["kernels_not_tuned_at_every_suite_shape"]) == ["pool.forward"]
 
 
 def test_gpu_evaluator_rotates_input_sets_and_reports_validation(monkeypatch):

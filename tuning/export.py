@@ -24,10 +24,23 @@ def installed_hash(kernel: str) -> str | None:
     return op_source_hash(catalog()[kernel].op) if kernel in catalog() else None
 
 
+def suite_shapes(kernel: str) -> list[dict[str, int]] | None:
+    """The suite shapes of ``kernel`` at the suite template; None for a kernel the catalog
+    lacks."""
+    from pycuda_heads.catalog import catalog
+    if kernel not in catalog():
+        return None
+    return [dict(shape) for spec, _, shape in catalog().tasks() if spec.id == kernel]
+
+
 def build_table(reports: Path, slug: str,
-                installed: Callable[[str], str | None] = installed_hash) -> dict[str, Any]:
+                installed: Callable[[str], str | None] = installed_hash,
+                suite: Callable[[str], list[dict[str, int]] | None] = suite_shapes
+                ) -> dict[str, Any]:
     """The table of ``slug`` from its caches; a cache tuned for other sources than the
-    installed ones (``installed``) is left out and listed as stale."""
+    installed ones (``installed``) is left out and listed as stale. A kernel ships only with
+    an entry at every one of its ``suite`` shapes: an entry's size range reaches to its suite
+    neighbours, so a missing neighbour would stretch it over shapes never tuned."""
     tdir = tuning_dir(reports, slug)
     caches, stale = [], []
     for path in cache_files(tdir):
@@ -52,6 +65,14 @@ def build_table(reports: Path, slug: str,
             missing.append({"kernel": c["kernel"], "template": c["template"], "shape": c["shape"]})
             continue
         entries.append(_entry(c, next(e for e in evals if e["params"] == best["params"])))
+    incomplete = {}
+    for kernel in sorted({e["kernel"] for e in entries}):
+        have = [e["shape"] for e in entries if e["kernel"] == kernel]
+        lacking = [shape for shape in suite(kernel) or () if shape not in have]
+        if lacking:
+            log.warning("%s: not tuned at %s; none of its entries exported", kernel, lacking)
+            incomplete[kernel] = lacking
+    entries = [e for e in entries if e["kernel"] not in incomplete]
     entries.sort(key=lambda e: (e["kernel"], sorted(e["template"].items()),
                                 sorted(e["shape"].items())))
     runs = read_runs(tdir)
@@ -75,6 +96,7 @@ def build_table(reports: Path, slug: str,
                 "tasks_without_validated_best": missing,
             },
             "stale_caches_skipped": stale,
+            "kernels_not_tuned_at_every_suite_shape": incomplete,
         },
         "entries": entries,
     }
