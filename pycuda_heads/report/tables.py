@@ -121,10 +121,13 @@ def phases(entries: Sequence[dict[str, Any]] | None) -> str:
              "ok" if not latest[p].get("status") else f"exit {latest[p]['status']}")
             for p in sorted(latest, key=lambda p: order.index(p) if p in order else 99)]
     total = sum(float(latest[p].get("seconds", 0)) for p in latest)
+    failed = [p for p in latest if latest[p].get("status")]
+    caveat = (f" These runs are not one complete main job: {', '.join(failed)} ended with a "
+              "non-zero status." if failed else "")
     return "\n".join(["## Main job phases", "",
                       "Wall time of the latest run of each phase (`phases.json`).", "",
                       table(("phase", "started", "seconds", "status"), rows), "",
-                      f"Total: {total / 60:.1f} minutes.", ""])
+                      f"Total: {total / 60:.1f} minutes.{caveat}", ""])
 
 
 def sweep(runs: Sequence[dict[str, Any]]) -> str:
@@ -142,7 +145,8 @@ def sweep(runs: Sequence[dict[str, Any]]) -> str:
         lines += ["**The sweep is incomplete.** "
                   + (f"Not tuned: {', '.join(missing)}." if missing else
                      "The run did not record which tasks are missing.")
-                  + " Those kernels use an older entry of the tuned table or the default.", ""]
+                  + " Those kernels run their default launch parameters until they are tuned "
+                    "(a table entry tuned for other sources is never used).", ""]
     return "\n".join(lines)
 
 
@@ -279,10 +283,11 @@ def step(results: dict[str, dict[str, dict[str, Any]]]) -> str:
                           ("met" if x >= goal else "**missed**") + f": {speedup_text(x)}")
                 goals.append((shape, f"graph vs {STEP_PROVIDERS[peer]}", f">= {goal:.0f}x",
                               status))
+    commits = sorted({str(r.get("commit", "?")) for by in results.values() for r in by.values()})
     lines = ["## Head step", "",
-             "The whole training step of the head (pool, residual, gate forward, then the "
-             "backward chain), as wall time per step over many steps back to back, host and "
-             "GPU together.", "",
+             "The whole training step of the head (the pool and the residual + gate forward, "
+             "then the backward chain), as wall time per step over many steps back to back, "
+             f"host and GPU together; measured at commit {', '.join(commits)}.", "",
              table(("shape", *(f"{label} us" for label in STEP_PROVIDERS.values()),
                     "graph vs torch eager", "graph vs reduce-overhead"), rows), ""]
     if goals:
