@@ -33,7 +33,7 @@ class Adam(Op):
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
 
     def step(self, param: Any, grad: Any, m: Any, v: Any, t: int, *,
-             inplace: bool = False) -> tuple[Any, Any, Any]:
+             inplace: bool = False, stream: Any = None) -> tuple[Any, Any, Any]:
         """The new param, m and v (all float32 of one shape). ``inplace=True`` overwrites the
         given device arrays and returns them; otherwise the inputs are left untouched."""
         if not isinstance(t, (int, np.integer)) or t < 1:
@@ -50,14 +50,15 @@ class Adam(Op):
         n = int(np.prod(shape))
         out = (flat["param"], flat["m"], flat["v"]) if inplace else \
             tuple(empty(shape) for _ in range(3))
-        params = self.launch_params("step", {"N": n})
-        per_block = params["BLOCK"] * params["ITEMS"]
+        plan = self.plan("step", {"N": n}, lambda p: (
+            (-(-n // (p["BLOCK"] * p["ITEMS"])), 1, 1), (p["BLOCK"], 1, 1), 0))
         bc1, bc2 = 1 - self.beta1 ** int(t), 1 - self.beta2 ** int(t)
-        self.kernel("step", params)(
-            (-(-n // per_block), 1, 1), (params["BLOCK"], 1, 1),
-            *(flat[k].gpudata for k in ("param", "grad", "m", "v")), *(o.gpudata for o in out),
-            np.int32(n), *(np.float32(s) for s in (self.lr, self.beta1, self.beta2, 1 - self.beta1,
-                                                   1 - self.beta2, self.eps, bc1, bc2)))
+        plan.kernel(plan.grid, plan.block,
+                    *(flat[k].gpudata for k in ("param", "grad", "m", "v")),
+                    *(o.gpudata for o in out), np.int32(n),
+                    *(np.float32(s) for s in (self.lr, self.beta1, self.beta2, 1 - self.beta1,
+                                              1 - self.beta2, self.eps, bc1, bc2)),
+                    stream=stream)
         return out
 
 

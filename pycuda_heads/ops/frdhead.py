@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, empty
+from ..core.arrays import as_device, empty, wrap
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -17,6 +17,9 @@ from .frd import FrdSoftmaxCE, draw_labels
 from .reduce import reducer
 
 THREADS = 256
+
+
+_F32 = np.dtype(np.float32)
 
 
 def _tiles16(n: int) -> int:
@@ -106,7 +109,8 @@ class FrdHead(Op):
     def _dims(self) -> dict[str, int]:
         return {"I": self.d_in, "F": self.hidden, "H": self.n_horizons, "A": self.n_atoms}
 
-    def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any) -> tuple[Any, Any]:
+    def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
+                stream: Any = None) -> tuple[Any, Any]:
         """hidden[B, F] (kept for the backward) and logits[B, H, A] as GPUArrays."""
         dims = self._dims()
         h_t = as_device(h_t, "h_t", ("B", "I"), dims)
@@ -115,31 +119,32 @@ class FrdHead(Op):
         w2 = as_device(w2, "w2", ("H", "A", "F"), dims)
         b2 = as_device(b2, "b2", ("H", "A"), dims)
         b = dims["B"]
-        params = self.launch_params("forward", {"B": b})
+        plan = self.plan("forward", {"B": b}, lambda p: (
+            (-(-b // p["BM"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
-        self.kernel("forward", params)(
-            (-(-b // params["BM"]), 1, 1), (THREADS, 1, 1), h_t.gpudata, w1.gpudata, b1.gpudata,
-            w2.gpudata, b2.gpudata, hidden.gpudata, logits.gpudata, np.int32(b),
-            shared=forward_shared_bytes(params, self.template))
+        plan.kernel(plan.grid, plan.block, h_t.gpudata, w1.gpudata, b1.gpudata, w2.gpudata,
+                    b2.gpudata, hidden.gpudata, logits.gpudata, np.int32(b), shared=plan.shared,
+                    stream=stream)
         return hidden, logits
 
-    def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any) -> tuple[Any, Any, Any]:
+    def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
+                stream: Any = None) -> tuple[Any, Any, Any]:
         """F.3b: grad_w2[H, A, F], grad_b2[H, A] and dhidden[B, F]."""
         dims = self._dims()
         hidden = as_device(hidden, "hidden", ("B", "F"), dims)
         w2 = as_device(w2, "w2", ("H", "A", "F"), dims)
         grad_logits = as_device(grad_logits, "grad_logits", ("B", "H", "A"), dims)
         b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
-        params = self.launch_params("grad_w2", {"B": b})
         dhidden = empty((b, f))
         weights = self._weight_grads(
-            "grad_w2", params, b, ha, f, grad_w2_shared_bytes,
+            "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
             lambda scratch: (hidden.gpudata, w2.gpudata, grad_logits.gpudata, scratch.gpudata,
                              dhidden.gpudata, np.int32(b)))
-        return (weights[: ha * f].reshape(self.n_horizons, self.n_atoms, f),
-                weights[ha * f:].reshape(self.n_horizons, self.n_atoms), dhidden)
+        return (*_split(weights, (self.n_horizons, self.n_atoms, f),
+                        (self.n_horizons, self.n_atoms)), dhidden)
 
-    def grad_w1(self, h_t: Any, w1: Any, hidden: Any, dhidden: Any) -> tuple[Any, Any, Any]:
+    def grad_w1(self, h_t: Any, w1: Any, hidden: Any, dhidden: Any, *,
+                stream: Any = None) -> tuple[Any, Any, Any]:
         """F.3c: grad_w1[F, D_in], grad_b1[F] and grad_h_t[B, D_in]; units with hidden == 0
         (pre-activation <= 0) pass no gradient."""
         dims = self._dims()
@@ -148,30 +153,38 @@ class FrdHead(Op):
         hidden = as_device(hidden, "hidden", ("B", "F"), dims)
         dhidden = as_device(dhidden, "dhidden", ("B", "F"), dims)
         b, f, d = dims["B"], self.hidden, self.d_in
-        params = self.launch_params("grad_w1", {"B": b})
         grad_h_t = empty((b, d))
         weights = self._weight_grads(
-            "grad_w1", params, b, f, d, grad_w1_shared_bytes,
+            "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
             lambda scratch: (h_t.gpudata, w1.gpudata, hidden.gpudata, dhidden.gpudata,
                              scratch.gpudata, grad_h_t.gpudata, np.int32(b)))
-        return weights[: f * d].reshape(f, d), weights[f * d:], grad_h_t
+        return (*_split(weights, (f, d), (f,)), grad_h_t)
 
-    def _weight_grads(self, role: str, params: Mapping[str, Any], b: int, m: int, n: int,
-                      shared_bytes: Callable[..., int], args: Callable[[Any], tuple]) -> Any:
+    def _weight_grads(self, role: str, b: int, m: int, n: int,
+                      shared_bytes: Callable[..., int], stream: Any,
+                      args: Callable[[Any], tuple]) -> Any:
         """Launch ``role`` with a [blocks, m*n + m] scratch (weight then bias partials per
         block) and return the scratch's column sums, [m*n + m]."""
-        blocks = -(-b // params["CHUNK"])
+        plan = self.plan(role, {"B": b}, lambda p: (
+            (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)))
+        blocks = plan.grid[0]
         scratch = empty((blocks, m * n + m))
-        self.kernel(role, params)((blocks, 1, 1), (THREADS, 1, 1), *args(scratch),
-                                  shared=shared_bytes(params, self.template))
-        return reducer().sum_rows(scratch, blocks, m * n + m)
+        plan.kernel(plan.grid, plan.block, *args(scratch), shared=plan.shared, stream=stream)
+        return reducer().sum_rows(scratch, blocks, m * n + m, stream)
 
-    def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any,
-                 grad_logits: Any) -> tuple[Any, Any, Any, Any, Any]:
+    def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
+                 stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
         """Both stages: grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t."""
-        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits)
-        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden)
+        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits, stream=stream)
+        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden, stream=stream)
         return gw1, gb1, gw2, gb2, gh
+
+
+def _split(sums: Any, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]
+           ) -> tuple[Any, Any]:
+    """The weight and bias gradients of one reduced row [weights | biases], as views."""
+    at, n = int(sums.gpudata), int(np.prod(weight_shape))
+    return (wrap(weight_shape, _F32, at, sums), wrap(bias_shape, _F32, at + 4 * n, sums))
 
 
 def draw_hidden(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
