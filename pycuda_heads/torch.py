@@ -21,6 +21,7 @@ from .core.compile import capturing
 from .core.device import cuda, thread_context
 from .ops import resgate
 from .ops.frd import FrdSoftmaxCE
+from .ops.frdhead import FrdHead as FrdHeadOp
 from .ops.pool import PerHorizonAttentionPool
 
 _F32 = np.dtype(np.float32)
@@ -166,6 +167,33 @@ class FrdLossFunction(torch.autograd.Function):
         return grad * grad_loss, None, None
 
 
+class FrdHeadFunction(torch.autograd.Function):
+    """(h_t [B, D_in], w1 [F, D_in], b1 [F], w2 [H, A, F], b2 [H, A]) ->
+    logits = ReLU(h_t w1^T + b1) w2^T + b2, [B, H, A]."""
+
+    @staticmethod
+    def forward(ctx: Any, h_t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,
+                w2: torch.Tensor, b2: torch.Tensor, op: FrdHeadOp) -> torch.Tensor:
+        with torch_order() as s:
+            hidden, logits = op.forward(device_array(h_t, "h_t"), device_array(w1, "w1"),
+                                        device_array(b1, "b1"), device_array(w2, "w2"),
+                                        device_array(b2, "b2"), stream=s)
+        ctx.op = op
+        ctx.save_for_backward(h_t, w1, w2, as_tensor(hidden))
+        return as_tensor(logits)
+
+    @staticmethod
+    def backward(ctx: Any, grad_logits: torch.Tensor) -> tuple:
+        h_t, w1, w2, hidden = ctx.saved_tensors
+        with torch_order() as s:
+            gw1, gb1, gw2, gb2, gh = ctx.op.backward(
+                device_array(h_t, "h_t"), device_array(w1, "w1"), device_array(w2, "w2"),
+                device_array(hidden, "hidden"),
+                device_array(grad_logits.contiguous(), "grad_logits"), stream=s)
+        return (as_tensor(gh), as_tensor(gw1), as_tensor(gb1), as_tensor(gw2), as_tensor(gb2),
+                None)
+
+
 class AttentionPool(torch.nn.Module):
     """N_HORIZONS learned queries attending over ln [B, K, D]: forward(ln) -> (ctx, attn)."""
 
@@ -205,4 +233,23 @@ class FrdLoss(torch.nn.Module):
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return FrdLossFunction.apply(logits.contiguous(), labels.to(torch.int32).contiguous(),
+                                     self.op)
+
+
+class FrdHead(torch.nn.Module):
+    """The FRD MLP head: forward(h_t [B, D_in]) -> logits [B, N_HORIZONS, N_ATOMS], through
+    one ReLU hidden layer of ``hidden`` units; pair it with ``FrdLoss``."""
+
+    def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
+                 launch: Any = None) -> None:
+        super().__init__()
+        self.op = FrdHeadOp(d_in, hidden, n_horizons, n_atoms, launch=launch)
+        self.w1 = torch.nn.Parameter(torch.randn(hidden, d_in, device="cuda") / d_in ** 0.5)
+        self.b1 = torch.nn.Parameter(torch.zeros(hidden, device="cuda"))
+        self.w2 = torch.nn.Parameter(torch.randn(n_horizons, n_atoms, hidden, device="cuda")
+                                     / hidden ** 0.5)
+        self.b2 = torch.nn.Parameter(torch.zeros(n_horizons, n_atoms, device="cuda"))
+
+    def forward(self, h_t: torch.Tensor) -> torch.Tensor:
+        return FrdHeadFunction.apply(h_t.contiguous(), self.w1, self.b1, self.w2, self.b2,
                                      self.op)

@@ -81,6 +81,24 @@ def test_frd_loss_and_gradient_match_torch_cross_entropy():
     assert close(loss, want) and close(g, g2)
 
 
+def test_frd_head_forward_and_gradients_match_torch():
+    head = pht.FrdHead(128, 128, 5, 21)
+    with torch.no_grad():
+        head.b1.normal_()
+        head.b2.normal_()
+    (h_t,) = leaves((37, 128), seed=4)
+    logits = head(h_t)
+    g = torch.randn_like(logits)
+    params = [h_t, head.w1, head.b1, head.w2, head.b2]
+    got = torch.autograd.grad(logits, params, g)
+    p2 = [p.detach().clone().requires_grad_(True) for p in params]
+    hidden = torch.relu(p2[0] @ p2[1].T + p2[2])
+    want_logits = (hidden @ p2[3].reshape(105, 128).T + p2[4].reshape(-1)).reshape(37, 5, 21)
+    want = torch.autograd.grad(want_logits, p2, g)
+    assert close(logits, want_logits)
+    assert all(close(a, b) for a, b in zip(got, want))
+
+
 def test_side_stream_and_graph_capture_match_eager():
     pool, rg = pht.AttentionPool(5, 128), pht.ResidualGate(5, 128)
     with torch.no_grad():
