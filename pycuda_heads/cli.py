@@ -15,6 +15,34 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class _NoTuner:
+    """The tuning commands where the tuner cannot be imported (Optuna missing, or a checkout
+    run without installing): each says so in one line and exits 2."""
+
+    COMMANDS = ("tune", "sweep", "export", "efficiency")
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def register(self, sub: "argparse._SubParsersAction") -> None:
+        for name in self.COMMANDS:
+            p = sub.add_parser(name, help=f"(unavailable: {self.why})", add_help=False)
+            p.set_defaults(func=self._refuse, name=name, any_arguments=True)
+
+    def _refuse(self, args: argparse.Namespace) -> int:
+        print(f"pycuda-heads {args.name}: the tuner is unavailable ({self.why}); install it "
+              f"with pip install -e '.[tune]' from a checkout", file=sys.stderr)
+        return 2
+
+
+def _tuner() -> object:
+    try:
+        from .tuning import cli as tuning_cli
+    except ImportError as exc:
+        return _NoTuner(f"{type(exc).__name__}: {exc}")
+    return tuning_cli
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="pycuda-heads", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
@@ -22,11 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import smoke
     from .perf import bench
     from .report import build
-    from .tuning import cli as tuning_cli
     from .verify import static_check, validation
-    for module in (static_check, validation, tuning_cli, bench, smoke, build):
+    for module in (static_check, validation, _tuner(), bench, smoke, build):
         module.register(sub)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     return int(args.func(args) or 0)

@@ -1,5 +1,6 @@
 """CPU: every malformed argument of the tuning commands ends in one line and exit status 2,
 before any GPU work; corrupt files name themselves; a broken tuned table means the defaults."""
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -25,11 +26,17 @@ MALFORMED = [
 ]
 
 
+# The tuner needs Optuna (the tune extra).
+TUNER = importlib.util.find_spec("optuna") is not None
+needs_tuner = pytest.mark.skipif(not TUNER, reason="the tuner needs Optuna: pip install -e '.[test]'")
+
+
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "pycuda_heads.cli", *args], capture_output=True,
                           text=True, timeout=120)
 
 
+@needs_tuner
 @pytest.mark.parametrize("args,message", MALFORMED, ids=lambda v: str(v)[:40])
 def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch):
     from pycuda_heads.tuning import objective
@@ -43,6 +50,8 @@ def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch):
     assert status == 2
 
 
+@needs_tuner
+@pytest.mark.installed
 @pytest.mark.parametrize("args,message", MALFORMED[:3] + MALFORMED[7:10],
                          ids=lambda v: str(v)[:40])
 def test_the_command_prints_one_line(args, message):

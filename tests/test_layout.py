@@ -166,7 +166,6 @@ def toy(tmp_path: Path) -> KernelSpec:
 
 
 def test_a_toy_family_appears_in_every_derived_table(toy: KernelSpec) -> None:
-    from pycuda_heads.tuning.spaces import TuningTask
     from pycuda_heads.verify.static_check import jobs
     from pycuda_heads.verify.validation import variants_to_check
     cat = catalog().with_specs(toy)
@@ -178,11 +177,16 @@ def test_a_toy_family_appears_in_every_derived_table(toy: KernelSpec) -> None:
     assert [(c.pass_, c.shape, c.floor_bytes()) for c in bench] == [("scale", {"N": 1000}, 8000)]
     tasks = [(s.id, t, shape) for s, t, shape in cat.tasks() if s.family == "toy"]
     assert tasks == [("toy.scale", {}, {"N": 1000})]
-    task = TuningTask.from_spec(toy, {"N": 1000}, "G", "g")
-    assert task.family == "toy" and task.source_hash
     x = toy.make_inputs({}, {"N": 5}, seed=1)["x"]
     assert x.shape == (5,) and x.any()
     np.testing.assert_array_equal(toy.run_reference({"x": x})[0], 2 * x.astype(np.float64))
+
+
+def test_the_toy_family_becomes_a_tuner_task(toy: KernelSpec) -> None:
+    pytest.importorskip("optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
+    from pycuda_heads.tuning.spaces import TuningTask
+    task = TuningTask.from_spec(toy, {"N": 1000}, "G", "g")
+    assert task.family == "toy" and task.source_hash
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -21,6 +22,11 @@ from pycuda_heads.records import FWD_BWD, dims_label
 from pycuda_heads.report import build as report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report"
+# Drawing and reading the plots needs the report extra (matplotlib) and Pillow, which
+# matplotlib brings.
+needs_plots = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None or importlib.util.find_spec("PIL") is None,
+    reason="plots need matplotlib: pip install -e '.[test]'")
 NEWEST = "2026-11-20T10:15:02+00:00"  # the fixture's latest run; an older row must be ignored
 
 
@@ -181,6 +187,7 @@ class FakeHarness:
 
 def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tqdm", reason="the bench's progress bar comes with the gpu extra")
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     monkeypatch.delitem(sys.modules, "pycuda_heads.perf.peers_torch", raising=False)
     small = {"gate": ({"B": 3}, {"B": 20}, {"B": 64}), "frd": ({"B": 16}, {"B": 64})}
@@ -277,6 +284,18 @@ def test_report_lists_failures_defaults_tuning_and_validation(reports: Path) -> 
     assert "HIDDEN_DIM=128,N_ATOMS=21,B=262144: extreme_logits" in readme
 
 
+def test_without_matplotlib_the_report_has_its_tables_and_says_why_no_plots(
+        reports: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycuda_heads.report import plots
+    monkeypatch.setattr(plots, "available", lambda: False)
+    gpu_dir = reports / "nvidia-h200"
+    readme = report.build(gpu_dir).read_text()
+    assert "Plots are not drawn: matplotlib is missing" in readme
+    assert table_row(readme, "B=4096,K=256", "fwd+bwd")[2] == "512" and ".png" not in readme
+    assert not list(gpu_dir.glob("*.png"))
+
+
+@needs_plots
 def test_report_plots_are_valid_pngs(reports: Path) -> None:
     from PIL import Image
     gpu_dir = reports / "nvidia-h200"
@@ -343,6 +362,7 @@ def test_an_incomplete_sweep_is_stated_with_what_is_missing(reports: Path) -> No
     assert "28 of 28 kernel x shape tasks finished" in readme and "incomplete" not in readme
 
 
+@needs_plots
 def test_no_empty_plot_and_no_stale_plot(reports: Path) -> None:
     gpu_dir = reports / "nvidia-h200"
     (gpu_dir / "tuning_gone.png").write_bytes(b"old")
@@ -359,6 +379,7 @@ def test_no_empty_plot_and_no_stale_plot(reports: Path) -> None:
     assert not list(gpu_dir.glob("[xy].png"))
 
 
+@needs_plots
 def test_time_plot_axis_spans_the_times_not_the_floor(reports: Path, monkeypatch) -> None:
     from matplotlib.figure import Figure
 
@@ -464,6 +485,7 @@ def test_torch_peers_match_the_float64_reference(kernel: str) -> None:
 SMOKE_FIXTURE = Path(__file__).parent / "fixtures" / "smoke_training.json"
 
 
+@needs_plots
 def test_smoke_section_states_each_field_and_draws_the_loss_curve(reports: Path) -> None:
     from PIL import Image
     gpu_dir = reports / "nvidia-h200"

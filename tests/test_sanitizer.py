@@ -57,6 +57,7 @@ def test_each_tool_runs_the_variant_at_its_smallest_shape(fake_sanitizer):
 
 def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, tmp_path,
                                                           monkeypatch):
+    pytest.importorskip("tqdm", reason="validation's progress bar comes with the gpu extra")
     from pycuda_heads.core import device, tuned
     monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
     monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")

@@ -11,8 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import optuna
 import pytest
+
+optuna = pytest.importorskip(
+    "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
 from pycuda_heads.tuning import cli
 from pycuda_heads.tuning.constraints import Feasibility
 from pycuda_heads.tuning.efficiency import run_efficiency
@@ -347,6 +349,7 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.installed
 def test_resume_after_sigkill_loses_and_redoes_no_finished_trial(tmp_path):
     script = tmp_path / "kill.py"
     script.write_text(KILL_SCRIPT.format(tests=str(Path(__file__).parent)))

@@ -5,8 +5,11 @@ import signal
 import subprocess
 import sys
 
-import optuna
 import pytest
+
+optuna = pytest.importorskip(
+    "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
+pytestmark = pytest.mark.installed  # workers run as new processes
 from pg_server import Server
 from test_tuning import toy_task
 from test_tuning_workers import COUNTED, ENV, WORKER, finish

@@ -5,6 +5,9 @@ import json
 import sys
 
 import pytest
+
+pytest.importorskip(
+    "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
 from pycuda_heads.tuning.export import build_table, export
 from pycuda_heads.tuning.spaces import TuningTask
 from pycuda_heads.tuning.tune import tune

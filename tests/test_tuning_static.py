@@ -6,6 +6,9 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+pytest.importorskip(
+    "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
 from pycuda_heads.tuning import constraints
 from pycuda_heads.tuning.constraints import Feasibility, spec_static
 from pycuda_heads.tuning.spaces import TuningTask, point_key

@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
+
+optuna = pytest.importorskip(
+    "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
+pytestmark = pytest.mark.installed  # workers run as new processes
 from pycuda_heads.tuning.cache import Evaluation, TuningCache
 from pycuda_heads.tuning.spaces import all_points, point_key
 from test_tuning import Synthetic, by_key, infeasible_points, load, run, study_of, toy_task, TOY

@@ -66,8 +66,11 @@ def build(gpu_dir: Path) -> Path:
             parts.append(f"Phase log unreadable: {exc}\n")
     if cases:
         parts.append(report_tables.METHOD)
-    for stale in set(p.name for p in gpu_dir.glob("*.png")) - written:
-        (gpu_dir / stale).unlink()  # a plot of data no longer there would mislead
+    if report_plots.available():
+        for stale in set(p.name for p in gpu_dir.glob("*.png")) - written:
+            (gpu_dir / stale).unlink()  # a plot of data no longer there would mislead
+    else:
+        parts.insert(2, "Plots are not drawn: matplotlib is missing (pip install '.[report]').\n")
     path = gpu_dir / "README.md"
     records.write_text(path, "\n".join(p for p in parts if p).rstrip("\n") + "\n")
     return path

@@ -1,8 +1,10 @@
 """The report's PNG plots, drawn with matplotlib's Agg canvas (no display, no pyplot state)."""
 from __future__ import annotations
 
+import functools
+import importlib.util
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .data import (
     FLOOR_GOAL,
@@ -19,6 +21,19 @@ STYLE = {"tuned": ("C0", "o", "-"), "default": ("C1", "s", "-"), "torch_eager": 
 # Tuned and default often coincide: default is drawn wide and hollow underneath, tuned on top.
 UNDER = {"default": {"linewidth": 4, "markersize": 10, "markerfacecolor": "none", "alpha": 0.6,
                      "zorder": 2}}
+
+
+def available() -> bool:
+    """Whether plots can be drawn: matplotlib comes with the ``report`` extra."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _drawn(draw: Callable[..., bool]) -> Callable[..., bool]:
+    """``draw`` returns whether it wrote its file; without matplotlib it writes none."""
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> bool:
+        return available() and draw(*args, **kwargs)
+    return wrapper
 
 
 def _plot(ax: Any, provider: str, points: Sequence[tuple[float, float]]) -> None:
@@ -41,6 +56,7 @@ def _panels(op_cases: Sequence[BenchResult]) -> list[tuple[str, list[BenchResult
             for p in sorted(by_pass, key=pass_order)]
 
 
+@_drawn
 def op_times(op: str, gpu: str, op_cases: Sequence[BenchResult], empty_us: float | None,
              path: Path) -> bool:
     """Median GPU time by shape of every provider (log scale), one panel per pass. The axis
@@ -80,6 +96,7 @@ def op_times(op: str, gpu: str, op_cases: Sequence[BenchResult], empty_us: float
     return True
 
 
+@_drawn
 def op_floor(op: str, gpu: str, op_cases: Sequence[BenchResult], path: Path) -> bool:
     """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass. False
     (and no file) when no pass has both a floor and a time."""
@@ -108,6 +125,7 @@ def op_floor(op: str, gpu: str, op_cases: Sequence[BenchResult], path: Path) -> 
     return True
 
 
+@_drawn
 def tuning(cache: dict[str, Any], gpu: str, exhaustive_us: float | None, path: Path) -> bool:
     """Best-so-far time against trial for every study of one cache, and the knobs' importance.
     False (and no file) when the cache holds neither."""
@@ -147,6 +165,7 @@ def tuning(cache: dict[str, Any], gpu: str, exhaustive_us: float | None, path: P
     return True
 
 
+@_drawn
 def smoke_losses(result: dict[str, Any], gpu: str, path: Path) -> bool:
     """The smoke training's loss per step (log scale), with the float64 reference's first steps
     and the halving line. False (and no file) when the record holds no losses."""

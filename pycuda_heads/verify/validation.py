@@ -122,11 +122,10 @@ def _sanitize_child(kernel: str, spec_json: str) -> int:
 
 def write_record(out_dir: Path, kernels: list[str] | None = None,
                  commit: str | None = None, sanitizer: bool = False) -> dict[str, Any]:
-    from tqdm import tqdm
-
     from ..core.device import gpu_name, gpu_slug
     from ..core.tuned import load_table
-    slug = gpu_slug()
+    slug = gpu_slug()  # no GPU: the one-line GpuUnavailableError before anything else
+    from tqdm import tqdm
     todo = [v for v in variants_to_check(catalog(), load_table(slug))
             if not kernels or v[0].id in kernels]
     started = time.perf_counter()
