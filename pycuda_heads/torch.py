@@ -51,6 +51,11 @@ def device_array(t: torch.Tensor, name: str) -> Any:
     return wrap(tuple(t.shape), _DTYPES[t.dtype], t.data_ptr(), t)
 
 
+def device_arrays(**tensors: torch.Tensor) -> tuple[Any, ...]:
+    """``device_array`` of each tensor, named by its keyword, in order."""
+    return tuple(device_array(t, name) for name, t in tensors.items())
+
+
 def as_tensor(arr: Any) -> torch.Tensor:
     """A library output as a tensor of its shape over the same memory: a slice of the torch
     bytes it was allocated in (``_TorchMemory``), or else through __cuda_array_interface__."""
@@ -97,7 +102,7 @@ class AttentionPoolFunction(torch.autograd.Function):
     def forward(ctx: Any, q_h: torch.Tensor, ln: torch.Tensor,
                 op: PerHorizonAttentionPool) -> tuple[torch.Tensor, torch.Tensor]:
         with torch_order() as s:
-            out, attn = op.forward(device_array(q_h, "q_h"), device_array(ln, "ln"), stream=s)
+            out, attn = op.forward(*device_arrays(q_h=q_h, ln=ln), stream=s)
         out, attn = as_tensor(out), as_tensor(attn)
         ctx.op = op
         ctx.save_for_backward(q_h, ln, attn)
@@ -108,8 +113,7 @@ class AttentionPoolFunction(torch.autograd.Function):
         q_h, ln, attn = ctx.saved_tensors
         with torch_order() as s:
             grad_q_h, grad_ln = ctx.op.backward(
-                device_array(q_h, "q_h"), device_array(ln, "ln"), device_array(attn, "attn"),
-                device_array(grad_ctx.contiguous(), "grad_ctx"),
+                *device_arrays(q_h=q_h, ln=ln, attn=attn, grad_ctx=grad_ctx.contiguous()),
                 grad_attn=None if grad_attn is None else device_array(
                     grad_attn.contiguous(), "grad_attn"), stream=s)
         return as_tensor(grad_q_h), as_tensor(grad_ln), None
@@ -123,10 +127,8 @@ class ResidualGateFunction(torch.autograd.Function):
     def forward(ctx: Any, c: torch.Tensor, w_res: torch.Tensor, bias_res: torch.Tensor,
                 head: torch.Tensor, alpha: torch.Tensor, op: resgate.ResidualGate) -> torch.Tensor:
         with torch_order() as s:
-            out, residual = op.forward(device_array(c, "ctx"), device_array(w_res, "w_res"),
-                                       device_array(bias_res, "bias_res"),
-                                       device_array(head, "head"), device_array(alpha, "alpha"),
-                                       stream=s)
+            out, residual = op.forward(*device_arrays(ctx=c, w_res=w_res, bias_res=bias_res,
+                                                      head=head, alpha=alpha), stream=s)
         ctx.op = op
         ctx.save_for_backward(c, w_res, alpha, as_tensor(residual))
         return as_tensor(out)
@@ -137,9 +139,8 @@ class ResidualGateFunction(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         with torch_order() as s:
             grad_w_res, grad_bias_res, grad_c, _, grad_alpha = ctx.op.backward(
-                device_array(c, "ctx"), device_array(w_res, "w_res"),
-                device_array(alpha, "alpha"), device_array(residual, "residual"),
-                device_array(grad_out, "grad_out"), stream=s)
+                *device_arrays(ctx=c, w_res=w_res, alpha=alpha, residual=residual,
+                               grad_out=grad_out), stream=s)
         return (as_tensor(grad_c), as_tensor(grad_w_res), as_tensor(grad_bias_res), grad_out,
                 as_tensor(grad_alpha), None)
 
@@ -155,9 +156,8 @@ class FrdLossFunction(torch.autograd.Function):
         # shows as a NaN loss.
         check = not torch.cuda.is_current_stream_capturing()
         with torch_order() as s:
-            grad, ce = op.softmax_ce_grad(device_array(logits, "logits"),
-                                          device_array(labels, "labels"), check_labels=check,
-                                          stream=s)
+            grad, ce = op.softmax_ce_grad(*device_arrays(logits=logits, labels=labels),
+                                          check_labels=check, stream=s)
         ctx.save_for_backward(as_tensor(grad))
         return as_tensor(ce).sum() / logits.shape[0]
 
@@ -175,9 +175,8 @@ class FrdHeadFunction(torch.autograd.Function):
     def forward(ctx: Any, h_t: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,
                 w2: torch.Tensor, b2: torch.Tensor, op: FrdHeadOp) -> torch.Tensor:
         with torch_order() as s:
-            hidden, logits = op.forward(device_array(h_t, "h_t"), device_array(w1, "w1"),
-                                        device_array(b1, "b1"), device_array(w2, "w2"),
-                                        device_array(b2, "b2"), stream=s)
+            hidden, logits = op.forward(*device_arrays(h_t=h_t, w1=w1, b1=b1, w2=w2, b2=b2),
+                                        stream=s)
         ctx.op = op
         ctx.save_for_backward(h_t, w1, w2, as_tensor(hidden))
         return as_tensor(logits)
@@ -187,9 +186,8 @@ class FrdHeadFunction(torch.autograd.Function):
         h_t, w1, w2, hidden = ctx.saved_tensors
         with torch_order() as s:
             gw1, gb1, gw2, gb2, gh = ctx.op.backward(
-                device_array(h_t, "h_t"), device_array(w1, "w1"), device_array(w2, "w2"),
-                device_array(hidden, "hidden"),
-                device_array(grad_logits.contiguous(), "grad_logits"), stream=s)
+                *device_arrays(h_t=h_t, w1=w1, w2=w2, hidden=hidden,
+                               grad_logits=grad_logits.contiguous()), stream=s)
         return (as_tensor(gh), as_tensor(gw1), as_tensor(gb1), as_tensor(gw2), as_tensor(gb2),
                 None)
 
