@@ -67,7 +67,9 @@ BACKWARD_SPACE = KernelSpace(
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 0},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
-                  f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96"),
+                  f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
+                  # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
+                  f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32"),
     launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
@@ -188,13 +190,25 @@ TENSORS = {"q_h": Tensor(("H", "D")), "ln": Tensor(("B", "K", "D")),
            "attn": Tensor(("B", "H", "K"), draw=softmax_rows), "grad_ctx": Tensor(("B", "H", "D")),
            "ctx": Tensor(("B", "H", "D")), "grad_q_h": Tensor(("H", "D")),
            "grad_ln": Tensor(("B", "K", "D"))}
+# The last four are wide model sizes (their own N_HORIZONS / HIDDEN_DIM), served by LAYOUT 1.
 SUITE = ({"B": 2, "K": 8}, {"B": 256, "K": 64}, {"B": 1024, "K": 128}, {"B": 4096, "K": 64},
-         {"B": 4096, "K": 256})
-# Odd shapes: K=1, K not a multiple of the block, K in the thousands, B=1, H=1, D=64/96/256.
+         {"B": 4096, "K": 256},
+         {"N_HORIZONS": 8, "HIDDEN_DIM": 512, "B": 1024, "K": 128},
+         {"N_HORIZONS": 2, "HIDDEN_DIM": 1024, "B": 256, "K": 64},
+         {"B": 64, "K": 4096},
+         {"N_HORIZONS": 32, "HIDDEN_DIM": 128, "B": 512, "K": 64})
+# Odd shapes: K=1, K not a multiple of the block, K in the thousands, B=1, H=1, D=64/96/256;
+# D not a multiple of 4, D=1024, H=32, K=65536 and K past LAYOUT 0's shared memory.
 GRID = (({}, {"B": 1, "K": 1}), ({}, {"B": 3, "K": 33}), ({}, {"B": 2, "K": 257}),
         ({}, {"B": 2, "K": 4096}), ({"N_HORIZONS": 1}, {"B": 4, "K": 16}),
         ({"HIDDEN_DIM": 64}, {"B": 3, "K": 20}), ({"HIDDEN_DIM": 256}, {"B": 2, "K": 40}),
-        ({"N_HORIZONS": 3, "HIDDEN_DIM": 96}, {"B": 2, "K": 77}))
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 96}, {"B": 2, "K": 77}),
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 30}, {"B": 2, "K": 19}),
+        ({"N_HORIZONS": 1, "HIDDEN_DIM": 30}, {"B": 1, "K": 65536}),
+        ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, {"B": 1, "K": 1}),
+        ({"N_HORIZONS": 32, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
+        ({"N_HORIZONS": 32, "HIDDEN_DIM": 30}, {"B": 3, "K": 1}),
+        ({}, {"B": 1, "K": 6000}))
 _COMMON_SPEC = dict(op=PerHorizonAttentionPool, template_keys=("N_HORIZONS", "HIDDEN_DIM"),
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=parity)
 
