@@ -11,6 +11,15 @@
 
 #define NWARPS (BLOCK / 32)
 
+// Rows k0 .. k0+UNROLL-1 of one batch row's ln (those below K), laid out over the warp by load_row.
+__device__ __forceinline__ void load_keys(const float* __restrict__ lnb, const int k0, const int K,
+                                          const int lane, float (*x)[ROW_PER_LANE])
+{
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+}
+
 #if LAYOUT == 0
 
 // Forward, single pass over ln with an online (flash-style) softmax per warp, merged across warps
@@ -49,9 +58,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 
     for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
         float x[UNROLL][ROW_PER_LANE];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+        load_keys(lnb, k0, K, lane, x);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             if (k0 + u >= K) continue;  // not break: the loop must stay fully unrolled
@@ -161,9 +168,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     }
     for (int k0 = warp * UNROLL; !ctx && k0 < K; k0 += NWARPS * UNROLL) {
         float x[UNROLL][ROW_PER_LANE];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+        load_keys(lnb, k0, K, lane, x);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             if (k0 + u >= K) continue;
@@ -203,9 +208,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
     for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
         float x[UNROLL][ROW_PER_LANE];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+        load_keys(lnb, k0, K, lane, x);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u;
@@ -351,9 +354,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 
     for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
         float x[UNROLL][ROW_PER_LANE];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+        load_keys(lnb, k0, K, lane, x);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             if (k0 + u >= K) continue;
@@ -422,9 +423,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     } else {
         for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
             float x[UNROLL][ROW_PER_LANE];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-                if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+            load_keys(lnb, k0, K, lane, x);
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 if (k0 + u >= K) continue;
@@ -455,9 +454,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
     for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
         float x[UNROLL][ROW_PER_LANE];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
+        load_keys(lnb, k0, K, lane, x);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int k = k0 + u;

@@ -49,7 +49,8 @@ def test_other_launch_parameters_agree(params):
 def test_launch_override_is_reported():
     pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOCK": 64}})
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
-    assert pool.chosen["forward"] == {"params": {"BLOCK": 64, "VEC": 4, "UNROLL": 2}, "source": "user"}
+    assert pool.chosen["forward"] == {"params": {"BLOCK": 64, "VEC": 4, "UNROLL": 2, "LAYOUT": 0},
+                                     "source": "user"}
 
 
 def test_bad_inputs_raise_before_launch():
