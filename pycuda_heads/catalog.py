@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -25,10 +25,22 @@ class BenchCase:
     pass_: str
     shape: Dims
     kernels: tuple[KernelSpec, ...]
+    #: template constants that differ from the suite template (a wide model size)
+    over: Dims = field(default_factory=dict)
 
-    def floor_bytes(self, template: Dims = SUITE_TEMPLATE) -> int:
+    @property
+    def template(self) -> dict[str, int]:
+        return {**SUITE_TEMPLATE, **self.over}
+
+    @property
+    def label_dims(self) -> dict[str, int]:
+        """What names the case in results: its shape, preceded by any template override."""
+        return {**self.over, **self.shape}
+
+    def floor_bytes(self, template: Dims | None = None) -> int:
         """fwd+bwd is the sum of its passes: the rest of the network runs between them, so the
         backward reads its inputs again."""
+        template = self.template if template is None else template
         return sum(k.floor_bytes(k.template(template), self.shape) for k in self.kernels)
 
 
@@ -66,29 +78,31 @@ class Catalog:
 
     def tasks(self) -> list[tuple[KernelSpec, dict[str, int], dict[str, int]]]:
         """(kernel, template, shape) of every suite point: what a sweep tunes."""
-        return [(s, s.template(SUITE_TEMPLATE), dict(shape)) for s in self for shape in s.suite]
+        return [(s, t, shape) for s in self for t, shape in s.suite_points(SUITE_TEMPLATE)]
 
     def grid(self, kernel: str) -> list[tuple[dict[str, int], dict[str, int]]]:
         """(template, shape) pairs a default variant is validated on: the odd-shape grid, then
         the suite."""
         s = self[kernel]
         odd = [(s.template({**SUITE_TEMPLATE, **over}), dict(shape)) for over, shape in s.grid]
-        return odd + [(s.template(SUITE_TEMPLATE), dict(shape)) for shape in s.suite]
+        return odd + s.suite_points(SUITE_TEMPLATE)
 
     def bench_cases(self) -> list[BenchCase]:
         """Per family and suite shape: each kernel's pass, then fwd+bwd where the family has a
         forward and backward stages (every other kernel, in declaration order)."""
         out = []
         for family, specs in self.families().items():
-            shapes = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
+            entries = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
             roles = {k.role: k for k in specs}
-            for items in shapes:
-                shape = dict(items)
+            for items in entries:
+                over = {k: v for k, v in items if k in SUITE_TEMPLATE}
+                shape = {k: v for k, v in items if k not in SUITE_TEMPLATE}
                 for k in specs:
-                    out.append(BenchCase(family, k.pass_name, shape, (k,)))
+                    out.append(BenchCase(family, k.pass_name, shape, (k,), over))
                 if "forward" in roles and len(specs) > 1:
                     backward = tuple(k for k in specs if k.role != "forward")
-                    out.append(BenchCase(family, FWD_BWD, shape, (roles["forward"], *backward)))
+                    out.append(BenchCase(family, FWD_BWD, shape, (roles["forward"], *backward),
+                                         over))
         return out
 
     def family_inputs(self, family: str, template: Mapping[str, int], shape: Dims,

@@ -13,7 +13,7 @@ def grid_params(kernel):
 
 def assert_variant_passes(kernel, template, shape, params=None):
     spec = catalog()[kernel]
-    params = params or spec.space.nearest(spec.space.default, template)
+    params = params or spec.space.nearest(spec.space.default, template, shape)
     result = validate_case(Case(spec, shape, params, template))
     errs = {k: v.get("max_rel_err") for k, v in result["checks"].items() if "max_rel_err" in v}
     assert result["passed"], f"{kernel} {template} {shape}: {result['failures']} (errors {errs})"

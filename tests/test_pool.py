@@ -49,7 +49,8 @@ def test_other_launch_parameters_agree(params):
 def test_launch_override_is_reported():
     pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOCK": 64}})
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
-    assert pool.chosen["forward"] == {"params": {"BLOCK": 64, "VEC": 4, "UNROLL": 2}, "source": "user"}
+    assert pool.chosen["forward"] == {"params": {"BLOCK": 64, "VEC": 4, "UNROLL": 2, "LAYOUT": 0},
+                                     "source": "user"}
 
 
 def test_bad_inputs_raise_before_launch():
@@ -65,8 +66,11 @@ def test_bad_inputs_raise_before_launch():
         pool.forward(q, ln[0])
     with pytest.raises(TypeError, match="q_h: expected a NumPy array"):
         pool.forward(q.tolist(), ln)
-    with pytest.raises(ValueError, match="SHARED_BYTES <= MAX_SHARED_BYTES"):
+    with pytest.raises(ValueError, match="K must be at most 65536"):
         pool.forward(q, np.ones((1, 100_000, 128), F32))
+    with pytest.raises(ValueError, match="SHARED_BYTES <= MAX_SHARED_BYTES"):
+        ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"LAYOUT": 0}}).forward(
+            q, np.ones((1, 60_000, 128), F32))
     _, attn = pool.forward(q, ln)
     with pytest.raises(ValueError, match=r"grad_ctx: expected shape \(B, H, D\) = \(2, 5, 128\)"):
         pool.backward(q, ln, attn, np.ones((3, 5, 128), F32))
@@ -97,3 +101,57 @@ def test_cuda_array_interface_inputs_are_zero_copy():
     assert ctx_t.get().tobytes() == ctx_n.get().tobytes()
     with pytest.raises(ValueError, match="C-contiguous"):
         pool.forward(tq, tln.transpose(1, 2))
+
+
+# --- LAYOUT 1 (any N_HORIZONS <= 32, HIDDEN_DIM <= 1024, K <= 65536) and the ctx= backward ---
+
+@pytest.mark.parametrize("template,shape", [
+    ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 3, "K": 45}),
+    ({"N_HORIZONS": 3, "HIDDEN_DIM": 30}, {"B": 2, "K": 19}),
+    ({"N_HORIZONS": 1, "HIDDEN_DIM": 1}, {"B": 1, "K": 1}),
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 1024}, {"B": 1, "K": 33}),
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {"B": 4, "K": 128}),
+    ({"N_HORIZONS": 2, "HIDDEN_DIM": 1000}, {"B": 2, "K": 5001})])
+@pytest.mark.parametrize("params", [{"LAYOUT": 1, "BLOCK": 32, "VEC": 1, "UNROLL": 1},
+                                    {"LAYOUT": 1, "BLOCK": 256, "VEC": 1, "UNROLL": 2}])
+def test_layout_1_matches_reference(template, shape, params):
+    for kernel in ("pool.forward", "pool.backward"):
+        space = ph.PerHorizonAttentionPool.SPACES[kernel.split(".")[1]]
+        assert_variant_passes(kernel, template, shape, space.nearest(params, template, shape))
+
+
+@pytest.mark.parametrize("h,d,b,k", [(8, 256, 2, 64), (32, 128, 2, 17), (5, 128, 1, 60000)])
+def test_shapes_layout_0_cannot_hold_fall_back_to_layout_1(h, d, b, k):
+    pool = ph.PerHorizonAttentionPool(h, d)
+    rng = np.random.default_rng(7)
+    q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
+    ctx, attn = pool.forward(q, ln)
+    assert pool.chosen["forward"]["params"]["LAYOUT"] == 1
+    rc, ra = ref.pool_forward(q, ln)
+    np.testing.assert_allclose(ctx.get(), rc, rtol=1e-4, atol=1e-4 * np.abs(rc).max())
+    np.testing.assert_allclose(attn.get(), ra, rtol=1e-4, atol=1e-4 * np.abs(ra).max())
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("with_grad_attn", [False, True])
+def test_backward_with_ctx_is_the_single_pass_path(layout, with_grad_attn):
+    rng = np.random.default_rng(11)
+    h, d, b, k = 5, 128, 3, 37
+    q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
+    gc = rng.standard_normal((b, h, d), dtype=F32)
+    ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None
+    pool = ph.PerHorizonAttentionPool(h, d, launch={"forward": {"LAYOUT": layout},
+                                                    "backward": {"LAYOUT": layout}})
+    ctx, attn = pool.forward(q, ln)
+    gq, gln = pool.backward(q, ln, attn, gc, grad_attn=ga, ctx=ctx)
+    gq2, gln2 = pool.backward(q, ln, attn, gc, grad_attn=ga, ctx=ctx)
+    assert gq.get().tobytes() == gq2.get().tobytes() and gln.get().tobytes() == gln2.get().tobytes()
+    rq, rln = ref.pool_backward(q, ln, attn.get(), gc, grad_attn=ga)
+    np.testing.assert_allclose(gq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
+    np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+
+
+def test_keys_beyond_the_range_raise_before_launch():
+    pool = ph.PerHorizonAttentionPool(1, 4)
+    with pytest.raises(ValueError, match="K must be at most 65536"):
+        pool.forward(np.ones((1, 4), F32), np.ones((1, 65537, 4), F32))

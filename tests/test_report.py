@@ -111,7 +111,7 @@ def test_passes_per_op_and_no_unknown_pass() -> None:
     assert passes("frd") == ("fwd+bwd",)
     assert not [c for c in catalog().bench_cases() if c.op == "frd" and c.pass_ == "forward"]
     # every suite shape of every family is benchmarked, each pass once
-    keys = [(c.op, c.pass_, dims_label(c.shape)) for c in catalog().bench_cases()]
+    keys = [(c.op, c.pass_, dims_label(c.label_dims)) for c in catalog().bench_cases()]
     assert len(keys) == len(set(keys))
     assert {(s.family, dims_label(shape)) for s in catalog() for shape in s.suite} == \
         {(op, shape) for op, _, shape in keys}

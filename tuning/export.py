@@ -27,10 +27,11 @@ def installed_hash(kernel: str) -> str | None:
 def suite_shapes(kernel: str) -> list[dict[str, int]] | None:
     """The suite shapes of ``kernel`` at the suite template; None for a kernel the catalog
     lacks."""
-    from pycuda_heads.catalog import catalog
+    from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
     if kernel not in catalog():
         return None
-    return [dict(shape) for spec, _, shape in catalog().tasks() if spec.id == kernel]
+    return [dict(shape) for spec, template, shape in catalog().tasks()
+            if spec.id == kernel and template == spec.template(SUITE_TEMPLATE)]
 
 
 def build_table(reports: Path, slug: str,

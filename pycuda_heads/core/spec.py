@@ -117,6 +117,17 @@ class KernelSpec:
     def template(self, constants: Dims) -> dict[str, int]:
         return {k: int(constants[k]) for k in self.template_keys}
 
+    def suite_points(self, base: Dims) -> list[tuple[dict[str, int], dict[str, int]]]:
+        """(template, shape) of every suite entry: an entry's template constants (a wide model
+        size such as ``{"N_HORIZONS": 8, "HIDDEN_DIM": 512, "B": 1024, "K": 128}``) override
+        ``base``; its other keys are the shape."""
+        out = []
+        for entry in self.suite:
+            over = {k: v for k, v in entry.items() if k in self.template_keys}
+            shape = {k: int(v) for k, v in entry.items() if k not in self.template_keys}
+            out.append((self.template({**base, **over}), shape))
+        return out
+
     def dims(self, template: Dims, shape: Dims) -> dict[str, int]:
         """Every axis letter's length at ``template`` and ``shape``."""
         out = {axis: int(template[key]) for axis, key in TEMPLATE_AXES.items() if key in template}

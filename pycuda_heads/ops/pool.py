@@ -14,23 +14,40 @@ from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
-# Per-lane register rows: q (and acc, or grad_ctx/q/grad_q in the backward) for every horizon
-# plus UNROLL rows of ln in flight; beyond this budget ptxas spills.
+# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0 cannot).
+MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
+
+# Per-lane register rows. LAYOUT 0: q (and acc, or grad_ctx/q/grad_q in the backward) for every
+# horizon plus UNROLL rows of ln in flight; LAYOUT 1: UNROLL rows of ln plus one (two in the
+# backward) rows of q or grad_ctx. Beyond these budgets ptxas spills.
 _ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
-_COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4)}
+_COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
+           "LAYOUT": (0, 1)}
 
 
 def _nwarps(p: Mapping[str, Any]) -> int:
     return p["BLOCK"] // 32
 
 
+def _tile_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """LAYOUT 1's weighted_rows partial sums: SLICES*ITEMS tiles of HTILE*VEC floats."""
+    h, d = env["N_HORIZONS"], env["HIDDEN_DIM"]
+    tile = min(h, 8)
+    items = -(-h // tile) * (d // p["VEC"])
+    return 0 if items >= p["BLOCK"] else 4 * (p["BLOCK"] // items) * items * tile * p["VEC"]
+
+
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    if p["LAYOUT"] == 1:
+        return _tile_bytes(p, env)
     h, d, k = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"]
     return 4 * (h * k + 2 * _nwarps(p) * h + _nwarps(p) * h * d + 2 * h)
 
 
 def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    if p["LAYOUT"] == 1:
+        return _tile_bytes(p, env)
     h, d, k = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"]
     return 4 * (2 * h * k + h + _nwarps(p) * h * d)
 
@@ -39,22 +56,36 @@ _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
     kernel="pool.forward", params=_COMMON,
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 2},
-    restrictions=("HIDDEN_DIM % VEC == 0", f"(2 * N_HORIZONS + UNROLL) * {_ROW} <= 128"),
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 2, "LAYOUT": 0},
+    restrictions=("HIDDEN_DIM % VEC == 0",
+                  f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
+                  f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96"),
     launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 
 BACKWARD_SPACE = KernelSpace(
     kernel="pool.backward", params=_COMMON,
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1},
-    restrictions=("HIDDEN_DIM % VEC == 0", f"(3 * N_HORIZONS + UNROLL) * {_ROW} <= 128"),
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 0},
+    restrictions=("HIDDEN_DIM % VEC == 0",
+                  f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
+                  f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
+                  # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
+                  f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32"),
     launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
-_NULL = np.intp(0)  # grad_attn absent
+_NULL = np.intp(0)  # grad_attn, ctx or the ds scratch absent
+
+
+def _check_keys(k: int) -> None:
+    if k > MAX_K:
+        raise ValueError(f"PerHorizonAttentionPool: K must be at most {MAX_K}, got {k}")
 
 
 class PerHorizonAttentionPool(HorizonOp):
     """ctx, attn = pool.forward(q_h, ln); grad_q_h, grad_ln = pool.backward(q_h, ln, attn, grad_ctx).
+
+    Runs every N_HORIZONS <= 32, HIDDEN_DIM <= 1024 and K <= 65536; shapes the default layout
+    cannot hold fall back to LAYOUT 1.
 
     ``launch={"forward": {...}, "backward": {...}}`` overrides the tuned or default launch
     parameters; ``chosen`` tells which were used by the last call and where they came from.
@@ -65,6 +96,11 @@ class PerHorizonAttentionPool(HorizonOp):
 
     def __init__(self, n_horizons: int, hidden_dim: int,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
+        for name, value, top in (("n_horizons", n_horizons, MAX_HORIZONS),
+                                 ("hidden_dim", hidden_dim, MAX_HIDDEN_DIM)):
+            if isinstance(value, int) and not isinstance(value, bool) and value > top:
+                raise ValueError(f"{type(self).__name__}: {name} must be at most {top}, "
+                                 f"got {value}")
         super().__init__(n_horizons, hidden_dim, launch)
         self.scale = 1.0 / math.sqrt(hidden_dim)
         self._scale = np.float32(self.scale)
@@ -75,6 +111,7 @@ class PerHorizonAttentionPool(HorizonOp):
         ln = as_device(ln, "ln", ("B", "K", "D"), dims)
         q_h = as_device(q_h, "q_h", ("H", "D"), dims)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
+        _check_keys(k)
         plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
             (b, 1, 1), (p["BLOCK"], 1, 1), forward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
@@ -83,9 +120,11 @@ class PerHorizonAttentionPool(HorizonOp):
                     np.int32(k), self._scale, shared=plan.shared, stream=stream)
         return ctx, attn
 
-    def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *,
-                 grad_attn: Any = None, stream: Any = None) -> tuple[Any, Any]:
-        """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero)."""
+    def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *, grad_attn: Any = None,
+                 ctx: Any = None, stream: Any = None) -> tuple[Any, Any]:
+        """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero). Given
+        the forward's ctx[B, H, D], the softmax correction comes from grad_ctx . ctx and ln
+        is read once fewer."""
         dims = self._dims()
         ln = as_device(ln, "ln", ("B", "K", "D"), dims)
         q_h = as_device(q_h, "q_h", ("H", "D"), dims)
@@ -93,14 +132,20 @@ class PerHorizonAttentionPool(HorizonOp):
         grad_ctx = as_device(grad_ctx, "grad_ctx", ("B", "H", "D"), dims)
         if grad_attn is not None:
             grad_attn = as_device(grad_attn, "grad_attn", ("B", "H", "K"), dims)
+        if ctx is not None:
+            ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
+        _check_keys(k)
         plan = self.plan("backward", {"B": b, "K": k}, lambda p: (
             (b, 1, 1), (p["BLOCK"], 1, 1), backward_shared_bytes(p, {**self.template, "K": k})))
-        check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx)
+        check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx,
+                      **({} if ctx is None else {"ctx": ctx}))
         grad_ln, scratch = empty((b, k, d)), empty((b, h * d))
+        ds = empty((b, h, k)) if plan.params["LAYOUT"] == 1 else None
         plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, attn.gpudata,
                     grad_ctx.gpudata, _NULL if grad_attn is None else grad_attn.gpudata,
-                    grad_ln.gpudata, scratch.gpudata, np.int32(k), self._scale,
+                    _NULL if ctx is None else ctx.gpudata, grad_ln.gpudata, scratch.gpudata,
+                    _NULL if ds is None else ds.gpudata, np.int32(k), self._scale,
                     shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, b, h * d, stream, (h, d)), grad_ln
 
@@ -145,13 +190,25 @@ TENSORS = {"q_h": Tensor(("H", "D")), "ln": Tensor(("B", "K", "D")),
            "attn": Tensor(("B", "H", "K"), draw=softmax_rows), "grad_ctx": Tensor(("B", "H", "D")),
            "ctx": Tensor(("B", "H", "D")), "grad_q_h": Tensor(("H", "D")),
            "grad_ln": Tensor(("B", "K", "D"))}
+# The last four are wide model sizes (their own N_HORIZONS / HIDDEN_DIM), served by LAYOUT 1.
 SUITE = ({"B": 2, "K": 8}, {"B": 256, "K": 64}, {"B": 1024, "K": 128}, {"B": 4096, "K": 64},
-         {"B": 4096, "K": 256})
-# Odd shapes: K=1, K not a multiple of the block, K in the thousands, B=1, H=1, D=64/96/256.
+         {"B": 4096, "K": 256},
+         {"N_HORIZONS": 8, "HIDDEN_DIM": 512, "B": 1024, "K": 128},
+         {"N_HORIZONS": 2, "HIDDEN_DIM": 1024, "B": 256, "K": 64},
+         {"B": 64, "K": 4096},
+         {"N_HORIZONS": 32, "HIDDEN_DIM": 128, "B": 512, "K": 64})
+# Odd shapes: K=1, K not a multiple of the block, K in the thousands, B=1, H=1, D=64/96/256;
+# D not a multiple of 4, D=1024, H=32, K=65536 and K past LAYOUT 0's shared memory.
 GRID = (({}, {"B": 1, "K": 1}), ({}, {"B": 3, "K": 33}), ({}, {"B": 2, "K": 257}),
         ({}, {"B": 2, "K": 4096}), ({"N_HORIZONS": 1}, {"B": 4, "K": 16}),
         ({"HIDDEN_DIM": 64}, {"B": 3, "K": 20}), ({"HIDDEN_DIM": 256}, {"B": 2, "K": 40}),
-        ({"N_HORIZONS": 3, "HIDDEN_DIM": 96}, {"B": 2, "K": 77}))
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 96}, {"B": 2, "K": 77}),
+        ({"N_HORIZONS": 3, "HIDDEN_DIM": 30}, {"B": 2, "K": 19}),
+        ({"N_HORIZONS": 1, "HIDDEN_DIM": 30}, {"B": 1, "K": 65536}),
+        ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, {"B": 1, "K": 1}),
+        ({"N_HORIZONS": 32, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
+        ({"N_HORIZONS": 32, "HIDDEN_DIM": 30}, {"B": 3, "K": 1}),
+        ({}, {"B": 1, "K": 6000}))
 _COMMON_SPEC = dict(op=PerHorizonAttentionPool, template_keys=("N_HORIZONS", "HIDDEN_DIM"),
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=parity)
 

@@ -77,8 +77,9 @@ class CudaHarness:
         import pycuda.gpuarray as gpuarray
         return {name: gpuarray.to_gpu(a) for name, a in x.items()}
 
-    def library_op(self, specs: Sequence[KernelSpec], provider: str) -> Any:
-        return library_op(specs, provider)
+    def library_op(self, specs: Sequence[KernelSpec], provider: str,
+                   template: Mapping[str, int] = SUITE_TEMPLATE) -> Any:
+        return library_op(specs, provider, template)
 
     def sync(self) -> None:
         self._drv.Context.synchronize()
@@ -190,7 +191,8 @@ class Bench:
         by_shape: dict[tuple[str, str], list[BenchCase]] = {}
         for case in self.catalog.bench_cases():
             if case.op in self.ops:
-                by_shape.setdefault((case.op, records.dims_label(case.shape)), []).append(case)
+                by_shape.setdefault((case.op, records.dims_label(case.label_dims)),
+                                    []).append(case)
         out = []
         for op in self.ops:
             if op == STEP:
@@ -246,10 +248,12 @@ class Bench:
         out["noisy"] = int(_spread(t) > records.NOISY_SPREAD)
         return out
 
-    def _library(self, op: str, provider: str) -> Any:
-        key = (op, provider)
+    def _library(self, op: str, provider: str, case: BenchCase) -> Any:
+        key = (op, provider, *sorted(case.over.items()))
         if key not in self._ops:
-            self._ops[key] = self.harness.library_op(self.catalog.families()[op], provider)
+            specs = self.catalog.families()[op]
+            self._ops[key] = (self.harness.library_op(specs, provider, case.template)
+                              if case.over else self.harness.library_op(specs, provider))
         return self._ops[key]
 
     def _calls(self, op: str, case: BenchCase, x_lib: Mapping[str, Any],
@@ -258,7 +262,7 @@ class Bench:
         calls: dict[str, Any] = {}
         for provider in LIBRARY:
             try:
-                obj = self._library(op, provider)
+                obj = self._library(op, provider, case)
                 calls[provider] = _chain([_bound(k.call, obj, x_lib) for k in case.kernels])
             except Exception as exc:
                 calls[provider] = _error(exc)
@@ -274,8 +278,8 @@ class Bench:
 
     def _shape_rows(self, op: str, shape: Mapping[str, int], cases: Sequence[BenchCase],
                     bar: Any) -> list[dict[str, Any]]:
-        label = records.dims_label(shape)
-        x = self.catalog.family_inputs(op, SUITE_TEMPLATE, shape)
+        label = records.dims_label(cases[0].label_dims)
+        x = self.catalog.family_inputs(op, cases[0].template, shape)
         x_lib = self.harness.upload(x)
         x_torch = None
         if self.peers is not None:
@@ -325,7 +329,7 @@ class Bench:
 
     def _config(self, op: str, provider: str, case: BenchCase) -> str:
         """The launch parameters this pass's kernels ran with, and where they came from."""
-        chosen = getattr(self._library(op, provider), "chosen", {})
+        chosen = getattr(self._library(op, provider, case), "chosen", {})
         roles = [k.role for k in case.kernels]
         return json.dumps({r: chosen[r] for r in roles if r in chosen}, sort_keys=True)
 

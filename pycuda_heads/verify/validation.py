@@ -60,10 +60,10 @@ def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
     """(kernel, params, source, shapes): defaults on the full grid, then the entries of the
     tuned ``table`` at their shape."""
     out = []
-    for s in cat:  # at a template the default cannot run, the op runs its nearest valid point
+    for s in cat:  # where the default cannot run, the op runs its nearest valid point
         by_params: dict[tuple, Shapes] = {}
         for template, shape in cat.grid(s.id):
-            params = s.space.nearest(s.space.default, template)
+            params = s.space.nearest(s.space.default, template, shape)
             by_params.setdefault(tuple(params.items()), []).append((template, shape))
         out += [(s, dict(p), "default" if dict(p) == s.space.default else "default (nearest "
                  "valid)", shapes) for p, shapes in by_params.items()]

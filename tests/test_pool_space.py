@@ -1,0 +1,55 @@
+"""CPU: every shape in the pool's supported range has a valid launch point, found the way the
+op finds it (the default, else its nearest valid point), and LAYOUT 0 stays the default."""
+from __future__ import annotations
+
+import pytest
+
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES
+from pycuda_heads.ops.pool import (BACKWARD_SPACE, FORWARD_SPACE, MAX_HIDDEN_DIM, MAX_HORIZONS,
+                                   MAX_K)
+
+HORIZONS = (1, 2, 5, 8, 17, MAX_HORIZONS)
+DIMS = (1, 2, 30, 64, 127, 128, 256, 500, 512, 1000, MAX_HIDDEN_DIM)
+KEYS = (1, 64, 5000, MAX_K)
+
+
+@pytest.mark.parametrize("space", [FORWARD_SPACE, BACKWARD_SPACE], ids=lambda s: s.kernel)
+@pytest.mark.parametrize("h", HORIZONS)
+def test_every_shape_in_range_has_a_valid_point(space, h: int) -> None:
+    for d in DIMS:
+        template = {"N_HORIZONS": h, "HIDDEN_DIM": d}
+        for k in KEYS:
+            shape = {"B": 1, "K": k, "MAX_SHARED_BYTES": SM90_MAX_SHARED_BYTES}
+            point = space.nearest(space.default, template, shape)
+            assert space.violated(point, template, shape) is None, (template, k, point)
+
+
+def test_layout_0_is_the_default_and_layout_1_takes_over_where_it_cannot_run() -> None:
+    suite = {"N_HORIZONS": 5, "HIDDEN_DIM": 128}
+    shape = {"B": 4096, "K": 256}
+    for space in (FORWARD_SPACE, BACKWARD_SPACE):
+        assert space.default["LAYOUT"] == 0
+        assert space.nearest(space.default, suite, shape)["LAYOUT"] == 0
+        for template, k in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64),
+                            ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64),
+                            ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64),
+                            ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000)):
+            assert space.nearest(space.default, template, {"B": 1, "K": k})["LAYOUT"] == 1
+
+
+def test_wide_suite_entries_carry_their_own_template() -> None:
+    tasks = [(t, s) for spec, t, s in catalog().tasks() if spec.id == "pool.backward"]
+    assert ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {"B": 1024, "K": 128}) in tasks
+    assert ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 64, "K": 4096}) in tasks
+    cases = [c for c in catalog().bench_cases() if c.op == "pool" and c.pass_ == "fwd+bwd"]
+    wide = next(c for c in cases if c.over == {"N_HORIZONS": 32, "HIDDEN_DIM": 128})
+    assert wide.shape == {"B": 512, "K": 64} and wide.template["N_HORIZONS"] == 32
+    assert wide.floor_bytes() > 0
+
+
+@pytest.mark.parametrize("h,d", [(MAX_HORIZONS + 1, 128), (5, MAX_HIDDEN_DIM + 1)])
+def test_model_sizes_outside_the_range_are_refused_before_any_device_work(h: int, d: int) -> None:
+    import pycuda_heads as ph
+    with pytest.raises(ValueError, match="must be at most"):
+        ph.PerHorizonAttentionPool(h, d)
