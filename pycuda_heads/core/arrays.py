@@ -89,8 +89,9 @@ def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, 
     gpuarray = _gpuarray()
     if type(x) is gpuarray.GPUArray:  # the common case: checked inline, nothing built
         shape = x.shape
-        if x.dtype == dtype and x.strides == _c_strides(shape, dtype.itemsize) \
-                and len(shape) == len(axes) and x.size <= MAX_ELEMENTS:
+        # strides, not flags: GPUArray.flags is a memoized property, slower than a compare
+        if (x.dtype is dtype or x.dtype == dtype) and len(shape) == len(axes) \
+                and x.strides == _c_strides(shape, dtype.itemsize) and x.size <= MAX_ELEMENTS:
             for label, n in zip(axes, shape):
                 if dims.setdefault(label, n) != n or n < 1:
                     _shape_error(name, shape, axes, dims)

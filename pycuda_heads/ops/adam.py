@@ -20,6 +20,12 @@ SPACE = KernelSpace(
 )
 
 
+@functools.lru_cache(maxsize=None)
+def _axes(rank: int) -> tuple[str, ...]:
+    """Any shape, the same for all four arrays: axes N0, N1, ... bound by param."""
+    return tuple(f"N{i}" for i in range(rank))
+
+
 class Adam(Op):
     """param, m, v = adam.step(param, grad, m, v, t): step ``t`` (from 1) of Adam."""
 
@@ -38,27 +44,28 @@ class Adam(Op):
         given device arrays and returns them; otherwise the inputs are left untouched."""
         if not isinstance(t, (int, np.integer)) or t < 1:
             raise ValueError(f"t: expected the step number, an int >= 1, got {t!r}")
-        # any shape, the same for all four: axes N0, N1, ... bound by param
-        axes = tuple(f"N{i}" for i in range(len(getattr(param, "shape", np.shape(param)))))
+        shape = getattr(param, "shape", None)
+        axes = _axes(len(np.shape(param) if shape is None else shape))
         dims: dict[str, int] = {}
-        flat = {name: as_device(x, name, axes, dims)
-                for name, x in (("param", param), ("grad", grad), ("m", m), ("v", v))}
-        if inplace and not all(hasattr(x, "gpudata") or hasattr(x, "__cuda_array_interface__")
-                               for x in (param, m, v)):
-            raise TypeError("inplace=True needs device arrays for param, m and v")
-        shape = tuple(dims[a] for a in axes)
-        n = int(np.prod(shape))
-        out = (flat["param"], flat["m"], flat["v"]) if inplace else \
-            tuple(empty(shape) for _ in range(3))
+        param_d = as_device(param, "param", axes, dims)
+        grad_d = as_device(grad, "grad", axes, dims)
+        m_d = as_device(m, "m", axes, dims)
+        v_d = as_device(v, "v", axes, dims)
+        if inplace:
+            if not all(hasattr(x, "gpudata") or hasattr(x, "__cuda_array_interface__")
+                       for x in (param, m, v)):
+                raise TypeError("inplace=True needs device arrays for param, m and v")
+            out = (param_d, m_d, v_d)
+        else:
+            out = (empty(param_d.shape), empty(param_d.shape), empty(param_d.shape))
+        n = param_d.size
         plan = self.plan("step", {"N": n}, lambda p: (
             (-(-n // (p["BLOCK"] * p["ITEMS"])), 1, 1), (p["BLOCK"], 1, 1), 0))
-        bc1, bc2 = 1 - self.beta1 ** int(t), 1 - self.beta2 ** int(t)
-        plan.kernel(plan.grid, plan.block,
-                    *(flat[k].gpudata for k in ("param", "grad", "m", "v")),
-                    *(o.gpudata for o in out), np.int32(n),
-                    *(np.float32(s) for s in (self.lr, self.beta1, self.beta2, 1 - self.beta1,
-                                              1 - self.beta2, self.eps, bc1, bc2)),
-                    stream=stream)
+        b1, b2, t = self.beta1, self.beta2, int(t)
+        # Python floats: the launch packs them as float32, as the kernel's signature says
+        plan.kernel(plan.grid, plan.block, param_d.gpudata, grad_d.gpudata, m_d.gpudata,
+                    v_d.gpudata, out[0].gpudata, out[1].gpudata, out[2].gpudata, n, self.lr,
+                    b1, b2, 1 - b1, 1 - b2, self.eps, 1 - b1 ** t, 1 - b2 ** t, stream=stream)
         return out
 
 

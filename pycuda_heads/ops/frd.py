@@ -77,7 +77,7 @@ class FrdSoftmaxCE(Op):
             check_aligned(4, logits=logits)  # the staged copy uses float4 loads
         grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
         plan.kernel(plan.grid, plan.block, logits.gpudata, labels.gpudata, grad.gpudata,
-                    ce.gpudata, np.int32(rows), np.float32(1.0 / b), shared=plan.shared,
+                    ce.gpudata, rows, 1.0 / b, shared=plan.shared,
                     stream=stream)
         return grad, ce
 
@@ -114,8 +114,8 @@ class FrdSoftmaxCE(Op):
         per_block = -(-rows // blocks)
         event, host, ptr = deferred.slots(2 * blocks)
         self.kernel("check_labels", params)(
-            (blocks, 1, 1), (_CHECK_BLOCK, 1, 1), labels.gpudata, ptr, np.int32(rows),
-            np.int32(per_block), stream=stream)
+            (blocks, 1, 1), (_CHECK_BLOCK, 1, 1), labels.gpudata, ptr, rows,
+            per_block, stream=stream)
         h = self.n_horizons
 
         def describe(found: np.ndarray) -> str | None:

@@ -4,6 +4,7 @@ of ``FrdSoftmaxCE``: grad_w2 (F.3b: dW2, db2, dhidden) and grad_w1 (F.3c: dW1, d
 the ReLU mask). Weight gradients are per-block scratch rows summed by one reduce_axis0."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -123,7 +124,7 @@ class FrdHead(Op):
             (-(-b // p["BM"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
         plan.kernel(plan.grid, plan.block, h_t.gpudata, w1.gpudata, b1.gpudata, w2.gpudata,
-                    b2.gpudata, hidden.gpudata, logits.gpudata, np.int32(b), shared=plan.shared,
+                    b2.gpudata, hidden.gpudata, logits.gpudata, b, shared=plan.shared,
                     stream=stream)
         return hidden, logits
 
@@ -139,7 +140,7 @@ class FrdHead(Op):
         weights = self._weight_grads(
             "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
             lambda scratch: (hidden.gpudata, w2.gpudata, grad_logits.gpudata, scratch.gpudata,
-                             dhidden.gpudata, np.int32(b)))
+                             dhidden.gpudata, b))
         return (*_split(weights, (self.n_horizons, self.n_atoms, f),
                         (self.n_horizons, self.n_atoms)), dhidden)
 
@@ -157,7 +158,7 @@ class FrdHead(Op):
         weights = self._weight_grads(
             "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
             lambda scratch: (h_t.gpudata, w1.gpudata, hidden.gpudata, dhidden.gpudata,
-                             scratch.gpudata, grad_h_t.gpudata, np.int32(b)))
+                             scratch.gpudata, grad_h_t.gpudata, b))
         return (*_split(weights, (f, d), (f,)), grad_h_t)
 
     def _weight_grads(self, role: str, b: int, m: int, n: int,
@@ -183,7 +184,7 @@ class FrdHead(Op):
 def _split(sums: Any, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]
            ) -> tuple[Any, Any]:
     """The weight and bias gradients of one reduced row [weights | biases], as views."""
-    at, n = int(sums.gpudata), int(np.prod(weight_shape))
+    at, n = int(sums.gpudata), math.prod(weight_shape)
     return (wrap(weight_shape, _F32, at, sums), wrap(bias_shape, _F32, at + 4 * n, sums))
 
 

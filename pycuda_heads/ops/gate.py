@@ -51,7 +51,7 @@ class AlphaGate(Op):
             (-(-n // (p["BLOCK"] * p["ITEMS"])), 1, 1), (p["BLOCK"], 1, 1), 0))
         out = empty((dims["B"], self.n_horizons))
         plan.kernel(plan.grid, plan.block, head.gpudata, residual.gpudata, alpha.gpudata,
-                    out.gpudata, np.int32(n), stream=stream)
+                    out.gpudata, n, stream=stream)
         return out
 
     def backward(self, residual: Any, alpha: Any, grad_out: Any, *,
@@ -68,7 +68,7 @@ class AlphaGate(Op):
         blocks = plan.grid[0]
         grad_residual, scratch = empty((b, h)), empty((blocks, h))
         plan.kernel(plan.grid, plan.block, residual.gpudata, alpha.gpudata, grad_out.gpudata,
-                    grad_residual.gpudata, scratch.gpudata, np.int32(b), stream=stream)
+                    grad_residual.gpudata, scratch.gpudata, b, stream=stream)
         return grad_out, grad_residual, reducer().sum_rows(scratch, blocks, h, stream)
 
 

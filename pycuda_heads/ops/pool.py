@@ -117,7 +117,7 @@ class PerHorizonAttentionPool(HorizonOp):
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
         plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, ctx.gpudata, attn.gpudata,
-                    np.int32(k), self._scale, shared=plan.shared, stream=stream)
+                    k, self._scale, shared=plan.shared, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *, grad_attn: Any = None,
@@ -145,7 +145,7 @@ class PerHorizonAttentionPool(HorizonOp):
         plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, attn.gpudata,
                     grad_ctx.gpudata, _NULL if grad_attn is None else grad_attn.gpudata,
                     _NULL if ctx is None else ctx.gpudata, grad_ln.gpudata, scratch.gpudata,
-                    _NULL if ds is None else ds.gpudata, np.int32(k), self._scale,
+                    _NULL if ds is None else ds.gpudata, k, self._scale,
                     shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, b, h * d, stream, (h, d)), grad_ln
 

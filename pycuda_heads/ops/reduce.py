@@ -45,15 +45,15 @@ class ReduceAxis0(Op):
         rows_per_split = plan.params["SPLIT_ROWS"]
         if n <= rows_per_split:  # one level: the common case of the backward passes
             dst = empty(shape or (m,))
-            plan.kernel(plan.grid, plan.block, x.gpudata, dst.gpudata, np.int32(n),
-                        np.int32(m), np.int32(rows_per_split), stream=stream)
+            plan.kernel(plan.grid, plan.block, x.gpudata, dst.gpudata, n,
+                        m, rows_per_split, stream=stream)
             return dst
         src, rows = x, n
         while True:
             splits = -(-rows // rows_per_split)
             dst = empty((shape or (m,)) if splits == 1 else (splits, m))
             plan.kernel((plan.grid[0], splits, 1), plan.block, src.gpudata, dst.gpudata,
-                        np.int32(rows), np.int32(m), np.int32(rows_per_split), stream=stream)
+                        rows, m, rows_per_split, stream=stream)
             if splits == 1:
                 return dst
             src, rows = dst, splits

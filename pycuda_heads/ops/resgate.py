@@ -56,7 +56,7 @@ class ResidualGate(HorizonOp):
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
         out, residual = empty((b, self.n_horizons)), empty((b, self.n_horizons))
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
-                    head.gpudata, alpha.gpudata, out.gpudata, residual.gpudata, np.int32(b),
+                    head.gpudata, alpha.gpudata, out.gpudata, residual.gpudata, b,
                     stream=stream)
         return out, residual
 
@@ -87,7 +87,7 @@ class ResidualGate(HorizonOp):
         scratch = empty((groups, cols))
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, alpha.gpudata,
                     residual.gpudata, grad_out.gpudata, scratch.gpudata, out.gpudata,
-                    np.int32(b), np.int32(bool(accumulate)), stream=stream)
+                    b, 1 if accumulate else 0, stream=stream)
         # One row group wrote the final sums: no reduce launch (what keeps small B fast).
         sums = scratch if groups == 1 else reducer().sum_rows(scratch, groups, cols, stream)
         at = int(sums.gpudata)

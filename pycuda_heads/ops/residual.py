@@ -42,7 +42,7 @@ class PerHorizonResidual(HorizonOp):
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
         out = empty((b, self.n_horizons))
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
-                    out.gpudata, np.int32(b), stream=stream)
+                    out.gpudata, b, stream=stream)
         return out
 
     def backward(self, ctx: Any, w_res: Any, grad_residual: Any, *, out: Any = None,
@@ -65,8 +65,8 @@ class PerHorizonResidual(HorizonOp):
         blocks = plan.grid[0]
         gw, gb = empty((blocks, h * d)), empty((blocks, h))
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, grad_residual.gpudata,
-                    gw.gpudata, gb.gpudata, out.gpudata, np.int32(b),
-                    np.int32(bool(accumulate)), stream=stream)
+                    gw.gpudata, gb.gpudata, out.gpudata, b,
+                    1 if accumulate else 0, stream=stream)
         red = reducer()
         return (red.sum_rows(gw, blocks, h * d, stream, (h, d)),
                 red.sum_rows(gb, blocks, h, stream), out)
