@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -82,7 +83,7 @@ SANITIZER = "compute-sanitizer"
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 _SUMMARY = re.compile(r"(?:ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: (\d+) hazard)")
 #: variants under the sanitizer at once (each tool run is a process with its own context)
-SANITIZER_JOBS = 8
+SANITIZER_JOBS = max(1, min(16, os.cpu_count() or 1))
 
 
 def sanitizer_shape(shapes: Shapes) -> tuple[dict[str, int], dict[str, int]]:
