@@ -12,7 +12,7 @@ from optuna.storages import BaseStorage
 
 from pycuda_heads.core.space import Point
 
-from .cache import ERROR, FAILED_VALIDATION, Evaluation, TuningCache
+from .cache import ERROR, FAILED_VALIDATION, MIN_GAIN, Evaluation, TuningCache
 from .progress import Budget, Progress
 from .session import Evaluator, Session
 from .spaces import TuningTask, distributions, point_key
@@ -88,7 +88,8 @@ def importance(task: TuningTask, evaluations: list[Evaluation]) -> dict[str, flo
     return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
 
 
-# A tuned entry ships only when it beats the default beyond noise at this significance.
+# A tuned entry ships only when it beats the default beyond noise at this significance (and by
+# MIN_GAIN at the low end of its interval).
 P_VALUE = 0.01
 
 
@@ -128,7 +129,7 @@ def speedup_test(t_best: list[float], t_default: list[float], seed: int = 0,
                  resamples: int = 2000) -> dict[str, object]:
     """Speed-up of the best over the default (ratio of median per-batch times) with a 95%
     bootstrap interval, and a one-sided Mann-Whitney U test that the best is faster. It counts
-    as significant when p < P_VALUE and the whole interval lies above 1."""
+    as significant when p < P_VALUE and the whole interval lies above MIN_GAIN."""
     import numpy as np
     from scipy.stats import mannwhitneyu
     a, b = np.asarray(t_best, float), np.asarray(t_default, float)
@@ -139,4 +140,4 @@ def speedup_test(t_best: list[float], t_default: list[float], seed: int = 0,
     lo, hi = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
     speedup = float(np.median(b) / np.median(a))
     return {"speedup": speedup, "ci": [lo, hi], "p_value": p,
-            "significant": bool(p < P_VALUE and lo > 1.0), "samples": int(a.size)}
+            "significant": bool(p < P_VALUE and lo > MIN_GAIN), "samples": int(a.size)}

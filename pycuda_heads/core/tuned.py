@@ -111,14 +111,19 @@ def lookup(kernel: str, template: Mapping[str, int], shape: Mapping[str, int],
                       "`pycuda-heads sweep` and `export`)")
     mine = current
     sizes, size = [_size(e["shape"]) for e in mine], _size(shape)
-    for i, entry in enumerate(mine):
-        lo, hi = size_range(sizes, i)
-        if lo <= size <= hi:
-            at = dims_label(entry["shape"])
-            if entry.get("kept_default"):
-                return dict(entry["params"]), (f"tuned {slug} {kernel} at {at}: default kept "
-                                               "(no configuration faster beyond noise)")
-            return dict(entry["params"]), f"tuned {slug} {kernel} at {at}"
+    # The entry tuned at this very shape, else the one whose range holds the size; of several
+    # (B=4096,K=64 and B=64,K=4096 have one size) the one nearest axis by axis.
+    exact = [e for e in mine if e["shape"] == dict(shape)]
+    holding = exact or [e for i, e in enumerate(mine)
+                        if size_range(sizes, i)[0] <= size <= size_range(sizes, i)[1]]
+    if holding:
+        entry = min(holding, key=lambda e: sum(abs(math.log(e["shape"][a] / max(int(n), 1)))
+                                               for a, n in shape.items()))
+        at = dims_label(entry["shape"])
+        if entry.get("kept_default"):
+            return dict(entry["params"]), (f"tuned {slug} {kernel} at {at}: default kept "
+                                           "(no configuration faster beyond noise)")
+        return dict(entry["params"]), f"tuned {slug} {kernel} at {at}"
     lo, hi = size_range(sizes, 0)[0], size_range(sizes, len(sizes) - 1)[1]
     return None, (f"default ({dims_label(shape)} is outside the sizes {lo:.0f}..{hi:.0f} the "
                   f"tuned {kernel} entries on {slug} stand for)")

@@ -52,11 +52,13 @@ COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_v
 
 def library_op(specs: Sequence[KernelSpec], provider: str,
                template: Mapping[str, int] = SUITE_TEMPLATE) -> Any:
-    """The library op object of a family: tuned table (launch=None) or every default."""
+    """The library op object of a family: tuned table (launch=None) or every default (the
+    nearest valid point where the default cannot serve the template, as the op itself does)."""
     cls = specs[0].op
+    constants = specs[0].template(template)
     launch = None if provider == "tuned" else {
-        role: dict(space.default) for role, space in cls.SPACES.items()}
-    return cls(**cls.constructor_kwargs(specs[0].template(template)), launch=launch)
+        role: space.nearest(space.default, constants) for role, space in cls.SPACES.items()}
+    return cls(**cls.constructor_kwargs(constants), launch=launch)
 
 
 class CudaHarness:
