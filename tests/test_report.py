@@ -362,6 +362,49 @@ def test_an_incomplete_sweep_is_stated_with_what_is_missing(reports: Path) -> No
     assert "28 of 28 kernel x shape tasks finished" in readme and "incomplete" not in readme
 
 
+def test_a_multi_worker_sweep_shows_each_worker_and_configurations_timed_twice(
+        reports: Path) -> None:
+    command = "pycuda-heads sweep --workers 2 --trials 12"
+    task_a, task_b = "gate.forward__N_HORIZONS=5__B=3", "gate.forward__N_HORIZONS=5__B=64"
+    key = {i: json.dumps({"BLOCK": 32 * i}) for i in range(1, 6)}
+
+    def worker(i: int, wall_s: float, trials: int, timed_points: dict[str, list[str]]) -> dict:
+        return {"command": command, "started": "2026-11-20T11:00:00+00:00", "wall_s": wall_s,
+                "run_id": "2026-11-20T11:00:00+00:00/4242", "workers": 2, "worker": i,
+                "cuda_visible_devices": str(i), "mode": "tpe", "seed": i, "tasks": 2,
+                "tasks_done": 2, "trials_per_task": 12, "trials": trials,
+                "timed": sum(map(len, timed_points.values())), "timed_points": timed_points,
+                "unfinished": False, "missing": []}
+
+    plain = {"command": "pycuda-heads sweep", "started": "2026-11-20T09:00:00+00:00",
+             "wall_s": 30.0, "tasks": 2, "tasks_done": 2, "unfinished": False, "missing": []}
+    runs_json = reports / "nvidia-h200" / "tuning" / "runs.json"
+    runs = [plain, worker(1, 41.5, 11, {task_a: [key[3]], task_b: [key[4], key[5]]}),
+            worker(0, 40.0, 13, {task_a: [key[1], key[2]], task_b: [key[1]]})]
+    runs_json.write_text(json.dumps(runs))
+    readme = report.build(reports / "nvidia-h200").read_text()
+    section = readme.split("## Multi-worker sweeps", 1)[1].split("\n## ", 1)[0]
+    assert (f"Run `2026-11-20T11:00:00+00:00/4242`: `{command}`, 2 workers on GPUs 0, 1, "
+            "wall time 41.5 s.") in section
+    assert table_row(section, "0") == ["0", "0", "0", "2 of 2", "13", "3"]
+    assert table_row(section, "1") == ["1", "1", "1", "2 of 2", "11", "3"]
+    assert "- trials, all workers: 24 of 24 (2 tasks x 12 trials)" in section
+    assert "- configurations timed by more than one worker: 0\n" in section
+    # the same configuration of the same task timed by both workers is counted once
+    runs[1]["timed_points"][task_b].append(key[1])
+    runs[2]["timed_points"][task_a].append(key[3])
+    runs_json.write_text(json.dumps(runs[:2]))  # worker 0 never logged
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert "**only 1 of 2 workers logged their run**" in readme
+    assert "- configurations timed by more than one worker: 0\n" in readme
+    runs_json.write_text(json.dumps(runs))
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert "- configurations timed by more than one worker: **2** (each should be timed " \
+        "once)" in readme
+    runs_json.write_text(json.dumps([plain]))  # no multi-worker run: no section
+    assert "Multi-worker" not in report.build(reports / "nvidia-h200").read_text()
+
+
 @needs_plots
 def test_no_empty_plot_and_no_stale_plot(reports: Path) -> None:
     gpu_dir = reports / "nvidia-h200"

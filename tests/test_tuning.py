@@ -23,7 +23,7 @@ from pycuda_heads.tuning.progress import Budget
 from pycuda_heads.tuning.session import EvaluatorBroken
 from pycuda_heads.tuning.spaces import TuningTask, all_points, distributions, point_key
 from pycuda_heads.tuning.storage import cache_path, open_storage, tuning_dir
-from pycuda_heads.tuning.sweep import run_sweep
+from pycuda_heads.tuning.sweep import RUN_ENV, WorkerRun, run_sweep
 from pycuda_heads.tuning.tune import tune
 
 from pycuda_heads.catalog import catalog
@@ -398,6 +398,36 @@ def test_time_budget_stops_a_sweep_gracefully_and_a_rerun_finishes(tmp_path):
     assert not {point_key(p) for p in ev.timed} & {point_key(p) for p in fresh["B=64"].timed}
     runs = json.loads((tuning_dir(tmp_path, "toy-gpu") / RUNS_JSON).read_text())
     assert [r["unfinished"] for r in runs] == [True, False]
+
+
+def test_a_worker_run_logs_its_run_and_what_it_timed(tmp_path, monkeypatch):
+    tasks = [toy_task({"B": 64}), toy_task({"B": 4096})]
+    spawned = WorkerRun.new("pycuda-heads sweep --workers 2").spawn_env(1, 2)
+    monkeypatch.setenv(RUN_ENV, spawned[RUN_ENV])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    run_ = WorkerRun.current("pycuda-heads sweep --workers 1 --worker-seed 8")
+    assert (run_.worker, run_.workers, run_.command) == (1, 2, "pycuda-heads sweep --workers 2")
+    evs = {dims_label(t.shape): Synthetic() for t in tasks}
+    outcomes = run_sweep(tasks, evaluator_for=lambda t: evs[dims_label(t.shape)],
+                         feasibility_for=lambda t: Feasibility(t, toy_static), out=tmp_path,
+                         mode="tpe", trials=10, seed=8, run=run_)
+    [entry] = json.loads((tuning_dir(tmp_path, "toy-gpu") / RUNS_JSON).read_text())
+    assert {k: entry[k] for k in ("run_id", "workers", "worker", "cuda_visible_devices",
+                                  "seed", "trials_per_task", "command")} == {
+        "run_id": run_.run_id, "workers": 2, "worker": 1, "cuda_visible_devices": "1",
+        "seed": 8, "trials_per_task": 10, "command": "pycuda-heads sweep --workers 2"}
+    assert entry["timed_points"] == {t.name: [point_key(p) for p in evs[dims_label(t.shape)].timed]
+                                     for t in tasks}
+    assert entry["timed"] == sum(o.timed for o in outcomes) == \
+        sum(map(len, entry["timed_points"].values())) > 0
+    monkeypatch.delenv(RUN_ENV)
+    run_sweep(tasks, evaluator_for=lambda t: Synthetic(),  # all timed: nothing timed again
+              feasibility_for=lambda t: Feasibility(t, toy_static), out=tmp_path, mode="tpe",
+              trials=10, run=WorkerRun.current("pycuda-heads sweep"))
+    plain = json.loads((tuning_dir(tmp_path, "toy-gpu") / RUNS_JSON).read_text())[1]
+    assert (plain["workers"], plain["worker"], plain["timed"], plain["timed_points"]) == \
+        (1, 0, 0, {})
+    assert plain["run_id"] != run_.run_id
 
 
 def test_any_optuna_storage_url(tmp_path):

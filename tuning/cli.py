@@ -133,14 +133,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                        if s.id in kernels])
 
 
+def _command() -> str:
+    return shlex.join(["pycuda-heads", *sys.argv[1:]])
+
+
 def _spawn_workers(args: argparse.Namespace) -> int:
     """Run this command as ``args.workers`` processes on one study, one GPU each."""
     import subprocess
+
+    from .sweep import WorkerRun
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    run = WorkerRun.new(_command())
     procs = []
     for i in range(args.workers):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus[i] if gpus[0] and i < len(gpus)
-               else str(i)}
+        env = {**os.environ, **run.spawn_env(i, args.workers),
+               "CUDA_VISIBLE_DEVICES": gpus[i] if gpus[0] and i < len(gpus) else str(i)}
         procs.append(subprocess.Popen([sys.executable, "-m", "pycuda_heads.cli", *sys.argv[1:],
                                        "--workers", "1", "--worker-seed", str(args.seed + i)],
                                       env=env))
@@ -160,7 +167,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     from .session import EvaluatorBroken
     from .spaces import TuningTask
     from .storage import check_storage
-    from .sweep import run_sweep
+    from .sweep import WorkerRun, run_sweep
 
     if args.workers > 1:
         return _spawn_workers(args)
@@ -194,7 +201,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
             storage=args.storage, budget=Budget(args.time_budget),
             progress=Progress(enabled=not args.no_progress),
             warm=lambda items: gpu.precompile(items, args.jobs), workers=args.jobs,
-            command=shlex.join(["pycuda-heads", *sys.argv[1:]]))
+            run=WorkerRun.current(_command()))
     except EvaluatorBroken as exc:
         print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "
               "command to resume", file=sys.stderr)

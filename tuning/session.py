@@ -21,7 +21,7 @@ from .cache import (
     Evaluation,
     TuningCache,
 )
-from .spaces import TuningTask
+from .spaces import TuningTask, point_key
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -53,7 +53,14 @@ class Session:
         self.feasibility = feasibility
         self.evaluator = evaluator
         self.cache = cache
-        self.timed = 0  # configurations timed by this session (not replayed from the cache)
+        # keys of the configurations timed by this session (not replayed from the cache), kept
+        # so the run log can show which worker timed what
+        self.timed_points: list[str] = []
+
+    @property
+    def timed(self) -> int:
+        """Configurations timed by this session."""
+        return len(self.timed_points)
 
     def evaluate(self, params: Point) -> Evaluation:
         """The result for ``params``: from the cache, or decided and timed now (and cached)."""
@@ -72,7 +79,7 @@ class Session:
         except Exception as exc:  # a broken variant is a recorded result, never the sweep's end
             log.info("%s %s: %s", self.task.label(), params, describe(exc))
             return self.cache.put(Evaluation(params, ERROR, reason=describe(exc)))
-        self.timed += 1
+        self.timed_points.append(point_key(params))
         return self.cache.put(Evaluation(params, COMPLETE, time_us=float(t["median_us"]),
                                          p20_us=float(t["p20_us"]), p80_us=float(t["p80_us"])))
 

@@ -5,7 +5,10 @@ time budget is spent. Finished tasks stay finished; a re-run resumes the rest.""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import os
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -28,14 +31,45 @@ log = logging.getLogger("pycuda_heads.tuning")
 #: receives every (task, point) that is feasible and not timed yet, before any timing
 Warm = Callable[[list[tuple[TuningTask, Point]]], None]
 
+#: how a worker spawned by ``--workers N`` learns the run it belongs to (a ``WorkerRun`` as JSON)
+RUN_ENV = "PYCUDA_HEADS_RUN"
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """The run a process takes part in. The workers spawned by one ``--workers N`` command
+    share its ``run_id`` and ``command``, so the run log can group them; a plain run is worker 0
+    of 1."""
+    run_id: str
+    command: str = ""
+    worker: int = 0
+    workers: int = 1
+
+    @classmethod
+    def new(cls, command: str) -> WorkerRun:
+        # microseconds: two runs started by one process (a library caller) stay apart
+        started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+        return cls(f"{started}/{os.getpid()}", command)
+
+    @classmethod
+    def current(cls, command: str) -> WorkerRun:
+        """The run this process was spawned into (``RUN_ENV``), else a new run of its own."""
+        text = os.environ.get(RUN_ENV)
+        return cls(**json.loads(text)) if text else cls.new(command)
+
+    def spawn_env(self, worker: int, workers: int) -> dict[str, str]:
+        """The environment entry that makes a spawned process worker ``worker`` of this run."""
+        return {RUN_ENV: json.dumps(asdict(replace(self, worker=worker, workers=workers)))}
+
 
 def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTask], Evaluator],
               feasibility_for: Callable[[TuningTask], Feasibility], out: Path,
               mode: str = "exhaustive", trials: int = 40, seed: int = 0,
               storage: str | BaseStorage | None = None, budget: Budget | None = None,
               progress: Progress | None = None, warm: Warm | None = None, workers: int = 1,
-              command: str = "") -> list[TuneOutcome]:
+              run: WorkerRun | None = None) -> list[TuneOutcome]:
     budget = budget or Budget()
+    run = run or WorkerRun.new("")
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     plans = [(task, feasibility_for(task)) for task in tasks]
     pending = [(task, feas, p) for task, feas in plans for p in _untimed(task, feas, out)]
@@ -53,22 +87,28 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
                                  trials=trials, seed=seed, storage=storage, budget=budget,
                                  progress=progress))
     finally:  # an interrupted run is logged too: its time counts in the provenance
-        _log_run(tasks, outcomes, out, command=command, started=started, mode=mode, seed=seed,
-                 budget=budget)
+        _log_run(tasks, outcomes, out, run=run, started=started, mode=mode, trials=trials,
+                 seed=seed, budget=budget)
     return outcomes
 
 
 def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path, *,
-             command: str, started: str, mode: str, seed: int, budget: Budget) -> None:
+             run: WorkerRun, started: str, mode: str, trials: int, seed: int,
+             budget: Budget) -> None:
     finished = {o.task.name for o in outcomes if not o.stopped}
     done = len(finished)
     stopped = done < len(tasks)
     missing = [f"{t.kernel} {dims_label(t.shape)}" for t in tasks if t.name not in finished]
     for slug in sorted({t.slug for t in tasks}):
         append_run(tuning_dir(out, slug), {
-            "command": command, "started": started, "wall_s": round(budget.elapsed(), 1),
+            "command": run.command, "started": started, "wall_s": round(budget.elapsed(), 1),
+            "run_id": run.run_id, "workers": run.workers, "worker": run.worker,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "mode": mode, "seed": seed, "tasks": len(tasks), "tasks_done": done,
+            **({"trials_per_task": trials} if mode == "tpe" else {}),
             "trials": sum(o.trials for o in outcomes), "timed": sum(o.timed for o in outcomes),
+            # which configurations this worker timed: duplicates across workers show here
+            "timed_points": {o.task.name: o.timed_points for o in outcomes if o.timed_points},
             "unfinished": stopped, "missing": missing})
     if stopped:
         log.warning("stopped after %.0f s: %d of %d tasks done; re-run the same command to "

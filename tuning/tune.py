@@ -29,8 +29,13 @@ class TuneOutcome:
     best: Evaluation | None
     default: Evaluation | None
     trials: int  # trials run by this call
-    timed: int  # configurations timed by this call
+    timed_points: list[str]  # keys of the configurations timed by this call
     stopped: bool  # the budget ran out before the task was done
+
+    @property
+    def timed(self) -> int:
+        """Configurations timed by this call."""
+        return len(self.timed_points)
 
 
 def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], str | None], *,
@@ -68,7 +73,7 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
                     task.label(), len(bad), bad[0].params, bad[0].reason)
     log.info("%s: best %s (default %s), %d trials, %d timed%s", task.label(),
              _fmt(best), _fmt(default), ran, session.timed, " (budget spent)" if stopped else "")
-    return TuneOutcome(task, best, default, ran, session.timed, stopped)
+    return TuneOutcome(task, best, default, ran, session.timed_points, stopped)
 
 
 def _fmt(ev: Evaluation | None) -> str:

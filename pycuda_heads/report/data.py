@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -128,6 +129,28 @@ def load(gpu_dir: Path) -> ReportData:
         validation = None
     data.validation = validation
     return data
+
+def multi_worker_runs(runs: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """run_id -> the run-log entries of its workers (ordered by worker), for every run that
+    spawned more than one worker; runs in the order they were logged."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        if isinstance(r.get("workers"), int) and r["workers"] > 1 and r.get("run_id"):
+            out.setdefault(str(r["run_id"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r.get("worker", 0)) for k, v in out.items()}
+
+
+def timed_by_several(workers: Sequence[dict[str, Any]]) -> int | None:
+    """Configurations (task, point) that more than one worker timed; None when a worker's
+    entry does not say what it timed."""
+    seen: Counter[tuple[str, str]] = Counter()
+    for w in workers:
+        points = w.get("timed_points")
+        if not isinstance(points, dict):
+            return None
+        seen.update({(task, key) for task, keys in points.items() for key in keys})
+    return sum(n > 1 for n in seen.values())
+
 
 # --- benchmark rows as cases (op x shape x pass, one row per provider), their ratios, targets
 

@@ -18,9 +18,11 @@ from .data import (
     ReportData,
     Target,
     extreme_cases,
+    multi_worker_runs,
     ops,
     shape_text,
     speedup_text,
+    timed_by_several,
 )
 
 
@@ -148,6 +150,38 @@ def sweep(runs: Sequence[dict[str, Any]]) -> str:
                   + " Those kernels run their default launch parameters until they are tuned "
                     "(a table entry tuned for other sources is never used).", ""]
     return "\n".join(lines)
+
+
+def worker_runs(runs: Sequence[dict[str, Any]]) -> str:
+    """Each run spawned with ``--workers N`` (N > 1): what every worker did, the trials against
+    the target, and whether any configuration was timed twice (the workers must not)."""
+    lines = []
+    for run_id, workers in multi_worker_runs(runs).items():
+        first, n = workers[0], workers[0]["workers"]
+        gpus = ", ".join(str(w.get("cuda_visible_devices") or "?") for w in workers)
+        walls = [w["wall_s"] for w in workers if isinstance(w.get("wall_s"), (int, float))]
+        rows = [(w.get("worker", "?"), w.get("cuda_visible_devices") or "?", w.get("seed", "?"),
+                 f"{w.get('tasks_done', '?')} of {w.get('tasks', '?')}", w.get("trials", "?"),
+                 w.get("timed", "?")) for w in workers]
+        trials = sum(w.get("trials") or 0 for w in workers)
+        per_task, tasks = first.get("trials_per_task"), first.get("tasks")
+        target = (f"{trials} of {tasks * per_task} ({tasks} tasks x {per_task} trials)"
+                  if isinstance(per_task, int) and isinstance(tasks, int)
+                  else f"{trials} ({first.get('mode', '?')}: no trial target)")
+        twice = timed_by_several(workers)
+        lines += [f"Run `{run_id}`: `{first.get('command', '?')}`, {n} workers on GPUs {gpus}, "
+                  f"wall time {max(walls) if walls else '?'} s"
+                  + ("" if len(workers) == n else
+                     f"; **only {len(workers)} of {n} workers logged their run**") + ".", "",
+                  table(("worker", "GPU", "seed", "tasks done", "trials",
+                         "configurations timed"), rows), "",
+                  f"- trials, all workers: {target}",
+                  "- configurations timed by more than one worker: "
+                  + ("not recorded" if twice is None else
+                     "0" if not twice else f"**{twice}** (each should be timed once)"), ""]
+    intro = ("The workers of one `--workers N` run share each task's study, one GPU each; "
+             "no configuration should be timed by more than one of them.")
+    return "\n".join(["## Multi-worker sweeps", "", intro, ""] + lines) if lines else ""
 
 
 def inputs(data: ReportData) -> str:
