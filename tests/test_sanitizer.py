@@ -11,12 +11,12 @@ from pycuda_heads.catalog import catalog
 from pycuda_heads.verify import validation
 
 FAKE = """#!{python}
-import json, sys
+import json, os, sys
 args = sys.argv[1:]
 tool = args[args.index("--tool") + 1]
 with open({log!r}, "a") as f:
     f.write(json.dumps(args) + "\\n")
-errors = {{"racecheck": 2, "synccheck": None}}.get(tool, 0)
+errors = 0 if os.environ.get("FAKE_CLEAN") else {{"racecheck": 2, "synccheck": None}}.get(tool, 0)
 if errors is None:
     print("Segmentation fault")
     sys.exit(139)
@@ -67,7 +67,8 @@ def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, tmp_pa
     monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
     monkeypatch.setattr(tuned, "load_table", lambda slug: None)
     monkeypatch.setattr(validation, "variant_record", lambda spec, params, source, shapes: {
-        "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": []})
+        "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": [],
+        "variant_hash": "h0"})
     record = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
     [variant] = record["variants"]
     assert variant["sanitizer"]["racecheck"]["errors"] == 2 and not variant["passed"]
@@ -91,3 +92,26 @@ def test_sanitizer_shape_prefers_every_axis_at_least_2():
     shapes = [({}, {"B": 1, "K": 1}), ({}, {"B": 2, "K": 8}), ({}, {"B": 4, "K": 64})]
     assert validation.sanitizer_shape(shapes) == ({}, {"B": 2, "K": 8})
     assert validation.sanitizer_shape(shapes[:1]) == ({}, {"B": 1, "K": 1})
+
+
+def test_an_unchanged_clean_variant_keeps_its_sanitizer_result(fake_sanitizer, tmp_path,
+                                                                monkeypatch):
+    pytest.importorskip("tqdm", reason="validation's progress bar comes with the gpu extra")
+    from pycuda_heads.core import device, tuned
+    monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
+    monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
+    monkeypatch.setattr(tuned, "load_table", lambda slug: None)
+    source_hash = {"reduce.axis0": "h0"}
+    monkeypatch.setattr(validation, "variant_record", lambda spec, params, source, shapes: {
+        "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": [],
+        "variant_hash": source_hash[spec.id]})
+    monkeypatch.setenv("FAKE_CLEAN", "1")
+    first = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
+    calls = len(fake_sanitizer.read_text().splitlines())
+    assert calls == len(validation.SANITIZER_TOOLS) * len(first["variants"])
+    second = validation.write_record(tmp_path, ["reduce.axis0"], "abd", sanitizer=True)
+    assert len(fake_sanitizer.read_text().splitlines()) == calls  # nothing ran again
+    assert second["variants"][0]["sanitizer"] == first["variants"][0]["sanitizer"]
+    source_hash["reduce.axis0"] = "h1"  # the kernel source changed: it runs again
+    validation.write_record(tmp_path, ["reduce.axis0"], "abe", sanitizer=True)
+    assert len(fake_sanitizer.read_text().splitlines()) == 2 * calls

@@ -9,7 +9,9 @@ With ``--sanitize`` every variant also runs under each tool of NVIDIA's compute-
 (memcheck, racecheck, initcheck, synccheck) at a small shape, in a child process per tool
 and variant (``python -m pycuda_heads.verify.validation KERNEL PARAMS``, several variants at
 once); the findings, read from the tool's summary (racecheck counts every hazard it displays,
-warnings included), go into the record, and a variant passes only with none.
+warnings included), go into the record, and a variant passes only with none. A variant whose
+rendered source and sanitizer shape are those of a clean result in the previous record keeps
+that result instead of running again.
 """
 from __future__ import annotations
 
@@ -70,12 +72,10 @@ def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
             by_params.setdefault(tuple(params.items()), []).append((template, shape))
         out += [(s, dict(p), "default" if dict(p) == s.space.default else "default (nearest "
                  "valid)", shapes) for p, shapes in by_params.items()]
-    for entry in (table or {}).get("entries", ()):
-        if entry["kernel"] not in cat:
-            continue
-        spec = cat[entry["kernel"]]
-        if entry["template"] == spec.template(SUITE_TEMPLATE):
-            out.append((spec, entry["params"], "tuned", [(entry["template"], entry["shape"])]))
+    for entry in (table or {}).get("entries", ()):  # wide-model templates included
+        if entry["kernel"] in cat:
+            out.append((cat[entry["kernel"]], entry["params"], "tuned",
+                        [(entry["template"], entry["shape"])]))
     return out
 
 
@@ -133,6 +133,28 @@ def _sanitize_child(kernel: str, spec_json: str) -> int:
     return 0
 
 
+def _sanitizer_key(kernel: str, variant_hash: str, template: Mapping[str, int],
+                   shape: Mapping[str, int]) -> tuple[str, str, str]:
+    return kernel, variant_hash, json.dumps([template, shape], sort_keys=True)
+
+
+def _clean_sanitizer_runs(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Sanitizer results with 0 findings in the record at ``path``, by kernel, rendered-source
+    hash and the template and shape they ran at; {} when there is no readable record."""
+    try:
+        old = records.read_json(path, "validation record")
+    except (OSError, ValueError):
+        return {}
+    clean = {}
+    for v in old.get("variants", ()):
+        runs = v.get("sanitizer")
+        if runs and "variant_hash" in v and findings(runs) == 0:
+            first = next(iter(runs.values()))
+            clean[_sanitizer_key(v["kernel"], v["variant_hash"], first["template"],
+                                 first["shape"])] = runs
+    return clean
+
+
 def write_record(out_dir: Path, kernels: list[str] | None = None,
                  commit: str | None = None, sanitizer: bool = False) -> dict[str, Any]:
     from ..core.device import gpu_name, gpu_slug
@@ -145,12 +167,18 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
     variants = [variant_record(spec, params, source, shapes)
                 for spec, params, source, shapes in tqdm(todo, desc="validate", unit="variant")]
     if sanitizer:
+        # a variant whose rendered source is unchanged keeps its clean findings of the last record
+        clean = _clean_sanitizer_runs(out_dir / slug / records.VALIDATION_JSON)
+        keys = [_sanitizer_key(v["kernel"], v["variant_hash"], *sanitizer_shape(t[3]))
+                for t, v in zip(todo, variants)]
+        fresh = [(i, t) for i, t in enumerate(todo) if keys[i] not in clean]
         with ThreadPoolExecutor(SANITIZER_JOBS) as pool:
-            found = list(tqdm(pool.map(lambda v: sanitize(v[0], v[1], v[3]), todo),
-                              total=len(todo), desc="sanitize", unit="variant"))
-        for variant, result in zip(variants, found):
-            variant["sanitizer"] = result
-            variant["passed"] &= findings(result) == 0
+            found = list(tqdm(pool.map(lambda it: sanitize(it[1][0], it[1][1], it[1][3]), fresh),
+                              total=len(fresh), desc="sanitize", unit="variant"))
+        results = dict(zip((i for i, _ in fresh), found))
+        for i, variant in enumerate(variants):
+            variant["sanitizer"] = results[i] if i in results else clean[keys[i]]
+            variant["passed"] &= findings(variant["sanitizer"]) == 0
     record = {"gpu": gpu_name(), "gpu_slug": slug,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "commit": commit or records.git_state()["describe"],
