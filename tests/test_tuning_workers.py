@@ -43,6 +43,11 @@ def timings(log):
     return [k for what, k in lines if what == "start"], [k for what, k in lines if what == "done"]
 
 
+def comparisons(log):
+    """How many times a best was timed against the default."""
+    return sum(line.split(" ", 2)[1] == "compare" for line in Path(log).read_text().splitlines())
+
+
 def check_consistent(out, trials=None, storage=None):
     """No trial RUNNING, the requested count finished, every timing in the cache, the history
     equal to the finished trials and the default timed."""
@@ -73,6 +78,7 @@ def test_two_concurrent_workers_share_one_study(tmp_path, mode, storage):
     started, done = timings(log)
     assert len(set(started)) == len(started)  # no configuration timed twice
     assert len({line.split()[0] for line in log.read_text().splitlines()}) == 2  # both worked
+    assert comparisons(log) <= 1  # the verdict against the default is reached once
     points = len(all_points(TOY))
     data = check_consistent(tmp_path, 40 if mode == "tpe" else points, url[1] if url else None)
     assert {point_key(e["params"]) for e in data["evaluations"] if e["time_us"] is not None} \

@@ -14,7 +14,7 @@ from pycuda_heads.tuning import locks  # noqa: E402
 from pycuda_heads.tuning.constraints import Feasibility  # noqa: E402
 from pycuda_heads.tuning.storage import open_storage, tuning_dir  # noqa: E402
 from pycuda_heads.tuning.tune import tune  # noqa: E402
-from test_tuning import Synthetic, toy_static, toy_task  # noqa: E402
+from test_tuning import Comparing, toy_static, toy_task  # noqa: E402
 
 from pycuda_heads.tuning.spaces import point_key  # noqa: E402
 
@@ -45,7 +45,11 @@ def log(line: str) -> None:
         f.write(f"{os.getpid()} {line}\n")
 
 
-class Logged(Synthetic):
+class Logged(Comparing):
+    def interleaved(self, a, b, **kw):
+        log(f"compare {point_key(a)}")
+        return super().interleaved(a, b, **kw)
+
     def time(self, params):
         log(f"start {point_key(params)}")
         event("timing")

@@ -64,7 +64,10 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
         stopped = remaining(study, mode, trials, task.space) > 0
         cache.importance = importance(task, cache.evaluations)
     if not stopped:
-        compare_with_default(task, evaluator, cache)
+        with turn():  # one comparison per study: a later worker finds it in the file
+            cache.refresh()
+            compare_with_default(task, evaluator, cache)
+            cache.save()
     cache.save()
     best, default = cache.best(), cache.default()
     bad = [e for e in cache.evaluations if e.state in (FAILED_VALIDATION, ERROR)]
