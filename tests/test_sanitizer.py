@@ -59,16 +59,24 @@ def test_each_tool_runs_the_variant_at_its_smallest_shape(fake_sanitizer):
                                      "template": {"N_HORIZONS": 1}, "shape": {"B": 7}}
 
 
-def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, tmp_path,
-                                                          monkeypatch):
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU named 'Fake GPU' with no tuned table, whose variants validate without running;
+    returns the rendered-source hash per kernel that the fake records (edit it to 'change' a
+    kernel)."""
     pytest.importorskip("tqdm", reason="validation's progress bar comes with the gpu extra")
     from pycuda_heads.core import device, tuned
     monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
     monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
     monkeypatch.setattr(tuned, "load_table", lambda slug: None)
+    source_hash = {"reduce.axis0": "h0"}
     monkeypatch.setattr(validation, "variant_record", lambda spec, params, source, shapes: {
         "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": [],
-        "variant_hash": "h0"})
+        "variant_hash": source_hash[spec.id]})
+    return source_hash
+
+
+def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, fake_gpu, tmp_path):
     record = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
     [variant] = record["variants"]
     assert variant["sanitizer"]["racecheck"]["errors"] == 2 and not variant["passed"]
@@ -94,17 +102,9 @@ def test_sanitizer_shape_prefers_every_axis_at_least_2():
     assert validation.sanitizer_shape(shapes[:1]) == ({}, {"B": 1, "K": 1})
 
 
-def test_an_unchanged_clean_variant_keeps_its_sanitizer_result(fake_sanitizer, tmp_path,
-                                                                monkeypatch):
-    pytest.importorskip("tqdm", reason="validation's progress bar comes with the gpu extra")
-    from pycuda_heads.core import device, tuned
-    monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
-    monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
-    monkeypatch.setattr(tuned, "load_table", lambda slug: None)
-    source_hash = {"reduce.axis0": "h0"}
-    monkeypatch.setattr(validation, "variant_record", lambda spec, params, source, shapes: {
-        "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": [],
-        "variant_hash": source_hash[spec.id]})
+def test_an_unchanged_clean_variant_keeps_its_sanitizer_result(fake_sanitizer, fake_gpu,
+                                                                tmp_path, monkeypatch):
+    source_hash = fake_gpu
     monkeypatch.setenv("FAKE_CLEAN", "1")
     first = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
     calls = len(fake_sanitizer.read_text().splitlines())
