@@ -499,6 +499,29 @@ def test_lookup_falls_back_to_default(tmp_path, monkeypatch):
         (None, "default (no tuned table for no-such-gpu)")
 
 
+def test_lookup_prefers_the_exact_shape_then_the_nearest_of_one_size(tmp_path, monkeypatch):
+    """B=4096,K=64 and B=64,K=4096 have one size: each shape gets its own entry, and a shape
+    between them the one nearer axis by axis."""
+    entry = {"kernel": "toy.kernel", "template": {"N_HORIZONS": 5}, "validated": True}
+    table = {"entries": [{**entry, "shape": {"B": 64, "K": 4096}, "params": {"BLOCK": 512}},
+                         {**entry, "shape": {"B": 4096, "K": 64}, "params": {"BLOCK": 128}}]}
+    (tmp_path / "toy-gpu.json").write_text(json.dumps(table))
+    monkeypatch.setenv("PYCUDA_HEADS_TUNED_DIR", str(tmp_path))
+    find = lambda shape: lookup("toy.kernel", {"N_HORIZONS": 5}, shape, "toy-gpu")  # noqa: E731
+    assert find({"B": 4096, "K": 64}) == ({"BLOCK": 128}, "tuned toy-gpu toy.kernel at B=4096,K=64")
+    assert find({"B": 64, "K": 4096})[0] == {"BLOCK": 512}
+    assert find({"B": 2048, "K": 128})[0] == {"BLOCK": 128}
+
+
+@pytest.mark.parametrize("ci,ships", [([1.01, 1.05], False), ([1.04, 1.08], True), (None, True)])
+def test_export_ships_by_p_value_and_interval_whatever_the_stored_verdict(ci, ships):
+    """A verdict recorded 'significant' under an older rule with an interval low end of 1.01
+    keeps the default; no interval (the default failed) ships the best."""
+    from pycuda_heads.tuning.cache import beats_default
+    assert beats_default({"p_value": 1e-9, "ci": ci, "significant": True}) is ships
+    assert beats_default({"p_value": 0.5, "ci": [1.5, 2.0], "significant": True}) is False
+
+
 def test_task_without_validated_configuration_is_not_exported(tmp_path):
     everything = [p for p in all_points(TOY)]
     run(tmp_path, Synthetic(fail=everything), mode="exhaustive")

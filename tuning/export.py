@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from pycuda_heads import records
 
-from .cache import FAILED_VALIDATION, MIN_GAIN
+from .cache import FAILED_VALIDATION, beats_default
 from .storage import cache_files, read_runs, tuning_dir
 
 log = logging.getLogger("pycuda_heads.tuning")
@@ -128,9 +128,8 @@ def _entry(c: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     """The table entry of one task: the best validated configuration when the interleaved
     comparison found it faster than the default beyond noise, else the default (kept)."""
     cmp = c.get("comparison") or {}
-    # the gain threshold applies to verdicts recorded before it existed too
-    ship = bool(cmp.get("significant")) and cmp.get("params") == best["params"] and (
-        cmp.get("ci") is None or cmp["ci"][0] > MIN_GAIN)
+    # decided from p and interval, so verdicts recorded under an older rule follow today's
+    ship = beats_default(cmp) and cmp.get("params") == best["params"]
     default = next((e for e in c["evaluations"] if e["params"] == c["default_params"]), None)
     chosen = best if ship else default
     if chosen is not None and not _finite(chosen["time_us"]):  # a timing from an older tuner

@@ -12,7 +12,7 @@ from optuna.storages import BaseStorage
 
 from pycuda_heads.core.space import Point
 
-from .cache import ERROR, FAILED_VALIDATION, MIN_GAIN, Evaluation, TuningCache
+from .cache import ERROR, FAILED_VALIDATION, Evaluation, TuningCache, beats_default
 from .progress import Budget, Progress
 from .session import Evaluator, Session
 from .spaces import TuningTask, distributions, point_key
@@ -63,12 +63,13 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
                           progress=progress, turn=turn)
         stopped = remaining(study, mode, trials, task.space) > 0
         cache.importance = importance(task, cache.evaluations)
-    if not stopped:
+    if stopped:
+        cache.save()
+    else:
         with turn():  # one comparison per study: a later worker finds it in the file
             cache.refresh()
             compare_with_default(task, evaluator, cache)
             cache.save()
-    cache.save()
     best, default = cache.best(), cache.default()
     bad = [e for e in cache.evaluations if e.state in (FAILED_VALIDATION, ERROR)]
     if bad:
@@ -96,9 +97,6 @@ def importance(task: TuningTask, evaluations: list[Evaluation]) -> dict[str, flo
     return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
 
 
-# A tuned entry ships only when it beats the default beyond noise at this significance (and by
-# MIN_GAIN at the low end of its interval).
-P_VALUE = 0.01
 
 
 def compare_with_default(task: TuningTask, evaluator: Evaluator, cache: TuningCache) -> None:
@@ -137,7 +135,7 @@ def speedup_test(t_best: list[float], t_default: list[float], seed: int = 0,
                  resamples: int = 2000) -> dict[str, object]:
     """Speed-up of the best over the default (ratio of median per-batch times) with a 95%
     bootstrap interval, and a one-sided Mann-Whitney U test that the best is faster. It counts
-    as significant when p < P_VALUE and the whole interval lies above MIN_GAIN."""
+    as significant by ``cache.beats_default``."""
     import numpy as np
     from scipy.stats import mannwhitneyu
     a, b = np.asarray(t_best, float), np.asarray(t_default, float)
@@ -146,6 +144,6 @@ def speedup_test(t_best: list[float], t_default: list[float], seed: int = 0,
     ratios = [np.median(rng.choice(b, b.size)) / np.median(rng.choice(a, a.size))
               for _ in range(resamples)]
     lo, hi = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
-    speedup = float(np.median(b) / np.median(a))
-    return {"speedup": speedup, "ci": [lo, hi], "p_value": p,
-            "significant": bool(p < P_VALUE and lo > MIN_GAIN), "samples": int(a.size)}
+    verdict = {"speedup": float(np.median(b) / np.median(a)), "ci": [lo, hi], "p_value": p,
+               "samples": int(a.size)}
+    return {**verdict, "significant": beats_default(verdict)}

@@ -113,9 +113,9 @@ def lookup(kernel: str, template: Mapping[str, int], shape: Mapping[str, int],
     sizes, size = [_size(e["shape"]) for e in mine], _size(shape)
     # The entry tuned at this very shape, else the one whose range holds the size; of several
     # (B=4096,K=64 and B=64,K=4096 have one size) the one nearest axis by axis.
-    exact = [e for e in mine if e["shape"] == dict(shape)]
-    holding = exact or [e for i, e in enumerate(mine)
-                        if size_range(sizes, i)[0] <= size <= size_range(sizes, i)[1]]
+    ranges = [size_range(sizes, i) for i in range(len(mine))]
+    holding = [e for e in mine if e["shape"] == dict(shape)] or \
+        [e for e, (lo, hi) in zip(mine, ranges) if lo <= size <= hi]
     if holding:
         entry = min(holding, key=lambda e: sum(abs(math.log(e["shape"][a] / max(int(n), 1)))
                                                for a, n in shape.items()))
@@ -124,6 +124,6 @@ def lookup(kernel: str, template: Mapping[str, int], shape: Mapping[str, int],
             return dict(entry["params"]), (f"tuned {slug} {kernel} at {at}: default kept "
                                            "(no configuration faster beyond noise)")
         return dict(entry["params"]), f"tuned {slug} {kernel} at {at}"
-    lo, hi = size_range(sizes, 0)[0], size_range(sizes, len(sizes) - 1)[1]
+    lo, hi = ranges[0][0], ranges[-1][1]
     return None, (f"default ({dims_label(shape)} is outside the sizes {lo:.0f}..{hi:.0f} the "
                   f"tuned {kernel} entries on {slug} stand for)")
