@@ -29,6 +29,10 @@ COMMIT_ENV = "PYCUDA_HEADS_COMMIT"
 NOISY_SPREAD = 1.5
 # The pass name of a forward and backward timed together.
 FWD_BWD = "fwd+bwd"
+# Bench ops beside the kernel families, written by perf and read by report: the composed head
+# step, and the empty kernel launch (its own provider too) the small shapes are measured against.
+STEP_OP = "step"
+EMPTY_KERNEL = "empty_kernel"
 
 
 def dims_label(dims: Mapping[str, Any]) -> str:

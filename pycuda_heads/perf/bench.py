@@ -41,8 +41,7 @@ from . import timing
 log = logging.getLogger("pycuda_heads.bench")
 
 LIBRARY = ("tuned", "default")
-#: the bench op of the composed head step (``step_bench``), beside the catalog's families
-STEP = "step"
+STEP = records.STEP_OP  # the composed head step (``step_bench``), beside the catalog's families
 PEERS = ("torch_eager", "torch_compile")
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
@@ -218,7 +217,8 @@ class Bench:
         total = 1 + sum(len(cases) * len(self.providers()) for _, _, cases in plan)
         with tqdm(total=total, desc="bench", unit="case", mininterval=1.0) as bar:
             empty = self._measure(self.harness.empty_launch(), "empty kernel")
-            append_rows(self.path, [self._row("empty_kernel", "-", "-", "empty_kernel", empty)])
+            empty_row = self._row(records.EMPTY_KERNEL, "-", "-", records.EMPTY_KERNEL, empty)
+            append_rows(self.path, [empty_row])
             bar.update()
             for op, shape, cases in plan:
                 bar.set_postfix_str(f"{op} {records.dims_label(shape)}")

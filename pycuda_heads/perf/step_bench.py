@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..catalog import SUITE_TEMPLATE, catalog
-from ..records import FWD_BWD, dims_label
+from ..records import FWD_BWD, STEP_OP, dims_label
 
 SHAPES = ({"B": 2, "K": 8}, {"B": 256, "K": 64})
 LIBRARY = ("library_eager", "library_graph")
@@ -115,5 +115,5 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any | None,
                     result = wall_us(*providers[provider])
                 except Exception as exc:
                     result = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-            out.append(row("step", dims_label(shape), FWD_BWD, provider, result))
+            out.append(row(STEP_OP, dims_label(shape), FWD_BWD, provider, result))
     return out

@@ -15,7 +15,7 @@ from . import plots as report_plots
 from . import tables as report_tables
 
 # What makes a folder under reports/ a GPU's folder.
-_DATA = ("bench.csv", "validation.json", "tuning")
+_DATA = (records.BENCH_CSV, records.VALIDATION_JSON, records.TUNING_DIR)
 
 
 def build(gpu_dir: Path) -> Path:

@@ -13,11 +13,16 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..records import (
+    BENCH_CSV,
     CACHE_GLOB,
     EFFICIENCY_JSON,
+    EMPTY_KERNEL,
     FWD_BWD,
     NOISY_SPREAD,
     RUNS_JSON,
+    STEP_OP,
+    TUNING_DIR,
+    VALIDATION_JSON,
     dims_label,
 )
 
@@ -94,38 +99,38 @@ def _json(path: Path, data: ReportData, what: str) -> Any:
 def load(gpu_dir: Path) -> ReportData:
     """Everything stored under ``reports/<gpu-slug>/``."""
     data = ReportData(Path(gpu_dir))
-    bench = data.gpu_dir / "bench.csv"
+    bench = data.gpu_dir / BENCH_CSV
     if bench.is_file():
         try:
             data.bench = read_bench(bench)
         except (OSError, csv.Error, UnicodeDecodeError) as exc:
-            data.problems.append(f"`bench.csv` could not be read: {exc}")
+            data.problems.append(f"`{BENCH_CSV}` could not be read: {exc}")
     else:
-        data.missing.append("benchmark results (`bench.csv`, written by `pycuda-heads bench`)")
-    tuning = data.gpu_dir / "tuning"
+        data.missing.append(f"benchmark results (`{BENCH_CSV}`, written by `pycuda-heads bench`)")
+    tuning = data.gpu_dir / TUNING_DIR
     caches = sorted(tuning.glob(CACHE_GLOB))
     if not caches:
-        data.missing.append("tuning caches (`tuning/<kernel>__<template>__<shape>.json`, "
+        data.missing.append(f"tuning caches (`{TUNING_DIR}/<kernel>__<template>__<shape>.json`, "
                             "written by the tuner)")
     for path in caches:
         cache = _json(path, data, "tuning cache")
         if isinstance(cache, dict) and cache.get("kernel"):
             data.tuning.append({**cache, "file": path.name})
         elif cache is not None:
-            data.problems.append(f"`tuning/{path.name}` is not a tuning cache (no `kernel`)")
+            data.problems.append(f"`{TUNING_DIR}/{path.name}` is not a tuning cache (no `kernel`)")
     efficiency = _json(tuning / EFFICIENCY_JSON, data, "tuner efficiency table")
     if efficiency is not None and not isinstance(efficiency, list):
-        data.problems.append(f"`tuning/{EFFICIENCY_JSON}` is not a list")
+        data.problems.append(f"`{TUNING_DIR}/{EFFICIENCY_JSON}` is not a list")
         efficiency = None
     data.efficiency = efficiency
     runs = _json(tuning / RUNS_JSON, data, "tuning run log") if caches else None
     if runs is not None and not isinstance(runs, list):
-        data.problems.append(f"`tuning/{RUNS_JSON}` is not a list")
+        data.problems.append(f"`{TUNING_DIR}/{RUNS_JSON}` is not a list")
         runs = None
     data.runs = [r for r in runs or () if isinstance(r, dict)]
-    validation = _json(data.gpu_dir / "validation.json", data, "GPU validation record")
+    validation = _json(data.gpu_dir / VALIDATION_JSON, data, "GPU validation record")
     if validation is not None and not isinstance(validation, dict):
-        data.problems.append("`validation.json` is not an object")
+        data.problems.append(f"`{VALIDATION_JSON}` is not an object")
         validation = None
     data.validation = validation
     return data
@@ -159,7 +164,6 @@ PROVIDERS = ("tuned", "default", "torch_eager", "torch_compile")
 LABELS = {"tuned": "tuned", "default": "default", "torch_eager": "torch eager",
           "torch_compile": "torch.compile", "floor": "floor"}
 PASS_ORDER = ("forward", "backward", FWD_BWD)
-STEP = "step"  # the composed head step's bench op
 STEP_PROVIDERS = {"library_eager": "library, kernel by kernel",
                   "library_graph": "library, CUDA graph", "torch_eager": "torch eager",
                   "torch_compile": "torch.compile",
@@ -173,7 +177,7 @@ def step_results(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str
     """shape -> provider -> row of the head step."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
-        if row.get("op") == STEP:
+        if row.get("op") == STEP_OP:
             out.setdefault(row.get("shape", ""), {})[row.get("provider", "")] = row
     return dict(sorted(out.items(), key=lambda kv: shape_size(kv[0])))
 
@@ -254,7 +258,7 @@ def cases(rows: Iterable[dict[str, Any]]) -> list[BenchResult]:
     """The kernel ops' results (the head step's rows have their own section)."""
     grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
-        if row.get("op") in ("empty_kernel", STEP):
+        if row.get("op") in (EMPTY_KERNEL, STEP_OP):
             continue
         key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
         grouped.setdefault(key, {})[row.get("provider", "")] = row
@@ -266,7 +270,7 @@ def cases(rows: Iterable[dict[str, Any]]) -> list[BenchResult]:
 
 def empty_kernel_us(rows: Iterable[dict[str, Any]]) -> float | None:
     for row in rows:
-        if row.get("provider") == "empty_kernel" and not row.get("error"):
+        if row.get("provider") == EMPTY_KERNEL and not row.get("error"):
             return row.get("median_us")
     return None
 
