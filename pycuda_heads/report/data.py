@@ -231,14 +231,17 @@ class BenchResult:
         p20, p80 = row.get("p20_us"), row.get("p80_us")
         return bool(p20 and p80 and p80 / p20 > NOISY_SPREAD)
 
-    def launch(self, provider: str) -> dict[str, Any] | None:
-        """role -> launch parameters the provider ran with, from the bench's config column."""
+    def chosen(self, provider: str) -> dict[str, dict[str, Any]]:
+        """role -> the op's ``chosen`` entry (params, source), from the bench's config column."""
         try:
             chosen = json.loads((self.rows.get(provider) or {}).get("config") or "{}")
         except ValueError:
-            return None
-        return {role: c.get("params") for role, c in chosen.items()
-                if isinstance(c, dict)} or None
+            return {}
+        return {role: c for role, c in chosen.items() if isinstance(c, dict)}
+
+    def launch(self, provider: str) -> dict[str, Any] | None:
+        """role -> launch parameters the provider ran with."""
+        return {role: c.get("params") for role, c in self.chosen(provider).items()} or None
 
     def over_tuned(self, provider: str) -> float | None:
         """``provider``'s time over the tuned time: the tuned kernels' speed-up over it."""

@@ -5,7 +5,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from ..records import FWD_BWD, NOISY_SPREAD
+from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP
 from .data import (
     COMPILE_GOAL,
     EMPTY_GOAL,
@@ -61,11 +61,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def _ran_default(case: BenchResult) -> bool:
     """Whether the tuned provider found no tuned entry and ran the default parameters."""
-    try:
-        chosen = json.loads((case.rows.get("tuned") or {}).get("config") or "{}")
-    except ValueError:
-        return False
-    sources = [str(c.get("source", "")) for c in chosen.values() if isinstance(c, dict)]
+    sources = [str(c.get("source", "")) for c in case.chosen("tuned").values()]
     return bool(sources) and all(s.startswith("default") for s in sources)
 
 
@@ -259,8 +255,7 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
         row = c.rows.get("tuned") or {}
         spread = (f"{us(row.get('p20_us'))}–{us(row.get('p80_us'))}"
                   if c.time("tuned") is not None else "–")
-        calls = " / ".join(us(v) for v in (c.call_us("tuned"),
-                                            (c.rows.get("tuned") or {}).get("bare_launch_us"),
+        calls = " / ".join(us(v) for v in (c.call_us("tuned"), row.get("bare_launch_us"),
                                             c.call_us("torch_eager"), c.call_us("torch_compile")))
         rows.append((c.shape, c.pass_, tuned, spread, _time_cell(c, "default"),
                      _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
@@ -294,25 +289,26 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
     return "\n".join(lines + [""])
 
 
+def _over_graph(case: BenchResult, peer: str) -> float | None:
+    """``peer``'s time per step over the library's CUDA graph replay."""
+    graph, other = case.time("library_graph"), case.time(peer)
+    return other / graph if graph and other else None
+
+
 def step(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """The composed head step: wall time per step of every provider, and the graph's goals."""
     if not results:
         return ""
 
-    def t(row: dict[str, Any] | None) -> float | None:
-        return row.get("median_us") if row and not row.get("error") else None
-
     rows, goals = [], []
     for shape, by in results.items():
-        graph = t(by.get("library_graph"))
-        cells = [("failed" if (by.get(p) or {}).get("error") else us(t(by.get(p))))
-                 for p in STEP_PROVIDERS]
-        ratios = [speedup(t(by.get(p)) / graph if graph and t(by.get(p)) else None)
-                  for p in ("torch_eager", "torch_compile_ro")]
-        rows.append((shape, *cells, *ratios))
+        case = BenchResult(STEP_OP, shape, FWD_BWD, by)
+        cells = ["failed" if case.error(p) else us(case.time(p)) for p in STEP_PROVIDERS]
+        rows.append((shape, *cells, *(speedup(_over_graph(case, p))
+                                      for p in ("torch_eager", "torch_compile_ro"))))
         for (goal_shape, peer), goal in STEP_GOALS.items():
             if goal_shape == shape:
-                x = t(by.get(peer)) / graph if graph and t(by.get(peer)) else None
+                x = _over_graph(case, peer)
                 status = ("not measured" if x is None else
                           ("met" if x >= goal else "**missed**") + f": {speedup_text(x)}")
                 goals.append((shape, f"graph vs {STEP_PROVIDERS[peer]}", f">= {goal:.0f}x",
