@@ -167,7 +167,7 @@ class FakeHarness:
     def upload(self, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(x)
 
-    def library_op(self, specs: Any, provider: str) -> FakeOp:
+    def library_op(self, specs: Any, provider: str, template: dict[str, int]) -> FakeOp:
         return FakeOp(specs)
 
     def sync(self) -> None:

@@ -254,8 +254,7 @@ class Bench:
         key = (op, provider, *sorted(case.over.items()))
         if key not in self._ops:
             specs = self.catalog.families()[op]
-            self._ops[key] = (self.harness.library_op(specs, provider, case.template)
-                              if case.over else self.harness.library_op(specs, provider))
+            self._ops[key] = self.harness.library_op(specs, provider, case.template)
         return self._ops[key]
 
     def _calls(self, op: str, case: BenchCase, x_lib: Mapping[str, Any],

@@ -158,7 +158,6 @@ def _check(family: str, constants: Mapping[str, Any], arch: str,
 
 
 def _run(cmd: list[str], family: str) -> str:
-    nvcc_version()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed on {family}:\n{proc.stderr.strip()}")
