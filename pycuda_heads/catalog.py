@@ -37,11 +37,10 @@ class BenchCase:
         """What names the case in results: its shape, preceded by any template override."""
         return {**self.over, **self.shape}
 
-    def floor_bytes(self, template: Dims | None = None) -> int:
+    def floor_bytes(self) -> int:
         """fwd+bwd is the sum of its passes: the rest of the network runs between them, so the
         backward reads its inputs again."""
-        template = self.template if template is None else template
-        return sum(k.floor_bytes(k.template(template), self.shape) for k in self.kernels)
+        return sum(k.floor_bytes(k.template(self.template), self.shape) for k in self.kernels)
 
 
 class Catalog:

@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import NoReturn, Sequence
 
+from .core.device import GpuUnavailableError
+
 
 class _Parser(argparse.ArgumentParser):
     """A malformed argument ends in one line and exit status 2 (no usage block)."""
@@ -58,7 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except GpuUnavailableError as exc:  # PyCUDA, a device or cuda-bindings missing: one line
+        print(f"pycuda-heads {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -210,11 +210,7 @@ def register(sub: Any) -> None:
 
 def _cli(args: argparse.Namespace) -> int:
     from .core import device
-    try:
-        device.cuda()
-    except device.GpuUnavailableError as exc:
-        print(f"pycuda-heads smoke: {exc}")
-        return 2
+    device.cuda()  # before any work; main reports a missing GPU in one line
     result = run(Config(steps=args.steps))
     result.update(gpu=device.gpu_name(), commit=records.git_state()["describe"],
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -66,7 +66,7 @@ def as_tensor(arr: Any) -> torch.Tensor:
         at = int(arr.gpudata) - root.data_ptr()
         return root[at: at + arr.nbytes].view(
             torch.float32 if arr.dtype == _F32 else torch.int32).view(arr.shape)
-    return torch.as_tensor(arr, device="cuda")  # e.g. grad_head, which is grad_out itself
+    return torch.as_tensor(arr, device="cuda")  # not torch's bytes: an op handing back an input
 
 
 @lru_cache(maxsize=None)

@@ -101,7 +101,7 @@ def test_a_broken_tuned_table_means_the_defaults_with_one_warning(tmp_path, monk
     assert str(tmp_path / "g.json") in record.getMessage()
 
 
-@pytest.mark.parametrize("command", ["bench", "validate"])
+@pytest.mark.parametrize("command", ["bench", "validate", "smoke"])
 def test_gpu_commands_without_pycuda_print_one_line(command):
     from pycuda_heads.core.device import gpu_available
     if gpu_available():

@@ -78,3 +78,24 @@ def test_ops_launch_with_the_shipped_table_on_this_gpu():
     gate.forward(*(rng.standard_normal(s, dtype=np.float32) for s in ((b, 5), (b, 5), (5,))))
     assert gate.chosen["forward"]["params"] == entry["params"]
     assert gate.chosen["forward"]["source"].startswith(f"tuned {gpu_slug()} gate.forward")
+
+
+def test_a_tuned_entry_that_cannot_run_the_shape_gives_way_to_the_default(monkeypatch):
+    """Without a GPU: the op's state as its constructor leaves it, the table lookup stubbed."""
+    from pycuda_heads.core import op as op_module
+    from pycuda_heads.core.space import KernelSpace
+
+    class Toy(op_module.Op):
+        FAMILY = "toy"
+        SPACES = {"k": KernelSpace(kernel="toy.k", params={"BLOCK": (64, 128, 256)},
+                                   default={"BLOCK": 256}, launch_restrictions=("BLOCK <= N",))}
+
+    monkeypatch.setattr(op_module, "op_source_hash", lambda op: "h")
+    monkeypatch.setattr(op_module, "lookup", lambda *a: ({"BLOCK": 128}, "tuned g toy.k at N=4096"))
+    inst = object.__new__(Toy)
+    inst.template, inst._user, inst._resolved, inst.chosen = {}, {}, {}, {}
+    inst._slug, inst._max_shared = "g", 48 * 1024
+    assert inst.launch_params("k", {"N": 4096}) == {"BLOCK": 128}
+    # the tuned 128 and the default 256 both break BLOCK <= N: the default's nearest valid point
+    assert inst.launch_params("k", {"N": 100}) == {"BLOCK": 64}
+    assert inst.chosen["k"]["source"] == "default (tuned entry cannot run {'N': 100})"

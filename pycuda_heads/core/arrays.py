@@ -106,10 +106,7 @@ def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, 
         strides = cai.get("strides")
         contiguous = strides is None or tuple(strides) == _c_strides(shape, got.itemsize)
         _check_meta(name, got, shape, contiguous, dtype, axes, dims)
-        return wrap(shape, dtype, int(cai["data"][0]), x)
-    if isinstance(x, gpuarray.GPUArray):
-        _check_meta(name, x.dtype, x.shape, x.flags.c_contiguous, dtype, axes, dims)
-        return x
+        return wrap(shape, dtype, int(cai["data"][0]), x)  # a GPUArray subclass too
     if isinstance(x, np.ndarray):
         _check_meta(name, x.dtype, x.shape, x.flags.c_contiguous, dtype, axes, dims)
         return gpuarray.to_gpu(x, allocator=allocator())

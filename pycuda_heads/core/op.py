@@ -62,13 +62,13 @@ class Op:
                                 f"parameters, got {params!r}")
         unknown = set(launch) - set(self.SPACES)
         if unknown:
-            raise ValueError(f"{type(self).__name__}: launch= has unknown kernels {sorted(unknown)}; "
+            raise ValueError(f"{name}: launch= has unknown kernels {sorted(unknown)}; "
                              f"expected keys among {sorted(self.SPACES)}")
         self._user = {role: self.SPACES[role].complete(p) for role, p in launch.items()}
         for role, params in self._user.items():
             reason = self.SPACES[role].violated(params, self.template)
             if reason:
-                raise ValueError(f"{type(self).__name__}: launch[{role!r}]={params} breaks "
+                raise ValueError(f"{name}: launch[{role!r}]={params} breaks "
                                  f"the restriction {reason!r}")
         device.cuda()
         self._slug = device.gpu_slug()
@@ -111,12 +111,12 @@ class Op:
         else:
             tuned, source = lookup(space.kernel, self.template, shape, self._slug,
                                    op_source_hash(type(self)))
-            params = space.complete(tuned) if tuned else dict(space.default)
-            if tuned and self._violated(space, params, shape):
-                params, source = dict(space.default), f"default (tuned entry cannot run {dict(shape)})"
-            if not tuned or source.startswith("default"):
+            params = space.complete(tuned) if tuned else None
+            if params is not None and self._violated(space, params, shape):
+                params, source = None, f"default (tuned entry cannot run {dict(shape)})"
+            if params is None:
                 # a default written for D % 4 == 0 must still serve D = 30
-                params = space.nearest(params, self.template,
+                params = space.nearest(space.default, self.template,
                                        {**shape, "MAX_SHARED_BYTES": self._max_shared})
         reason = self._violated(space, params, shape)
         if reason:
