@@ -38,7 +38,7 @@ def cli(*args):
 
 @needs_tuner
 @pytest.mark.parametrize("args,message", MALFORMED, ids=lambda v: str(v)[:40])
-def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch):
+def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch, capsys):
     from pycuda_heads.tuning import objective
     monkeypatch.setattr(objective.GpuContext, "current",  # reached only by a bug
                         classmethod(lambda cls: pytest.fail("GPU work before the checks")))
@@ -47,7 +47,9 @@ def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch):
         status = main(["tune", *args])
     except SystemExit as exc:  # argparse's own checks
         status = exc.code
-    assert status == 2
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert status == 2 and len(lines) == 1 and message in lines[0]
 
 
 @needs_tuner
@@ -73,6 +75,19 @@ def test_a_corrupt_cache_names_the_file(tmp_path, monkeypatch, capsys):
     bad.write_text('{"evaluations": [')
     args = parser().parse_args(["tune", *GOOD, "--out", str(tmp_path), "--no-progress"])
     args.command = "tune"
+    assert args.func(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "not valid JSON" in err[0]
+
+
+@needs_tuner
+@pytest.mark.parametrize("command", ["export", "efficiency"])
+def test_a_corrupt_cache_names_the_file_in_export_and_efficiency(tmp_path, capsys, command):
+    from test_tuning import parser
+    bad = tmp_path / "g" / "tuning" / "gate.forward__N_HORIZONS=5__B=3.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"evaluations": [')
+    args = parser().parse_args([command, "--reports", str(tmp_path), "--slug", "g"])
     assert args.func(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bad) in err[0] and "not valid JSON" in err[0]

@@ -168,11 +168,7 @@ class TuningCache:
         """Store a result (a settled one wins over a less settled record of the same point),
         keeping the trials that already used it."""
         key = point_key(ev.params)
-        ev = checked(ev)
-        old = self._evals.get(key)
-        if old is not None:
-            ev = replace(ev, trial_numbers=sorted(set(old.trial_numbers) | set(ev.trial_numbers)))
-        self._evals[key] = ev
+        self._merge(checked(ev))
         self.save()
         return self._evals[key]
 

@@ -259,5 +259,10 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         print(f"no tuning data under {args.reports}", file=sys.stderr)
         return 2
     for slug in slugs:
-        print(f"wrote {run_efficiency(args.reports, slug, range(args.seeds), args.within)}")
+        try:
+            path = run_efficiency(args.reports, slug, range(args.seeds), args.within)
+        except ValueError as exc:  # a corrupt cache names its file, as in export
+            print(exc, file=sys.stderr)
+            return 2
+        print(f"wrote {path}")
     return 0
