@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import pycuda_heads as ph
-from pycuda_heads.core import op as core_op
 from pycuda_heads.ops.reduce import ReduceAxis0
 
 H, D, A = 5, 128, 21

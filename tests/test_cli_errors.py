@@ -23,6 +23,8 @@ MALFORMED = [
     ([*GOOD, "--storage", "bogus://x"], "unsupported"),
     ([*GOOD, "--storage", "sqlite:////no/such/folder/x.db"], "/no/such/folder does not exist"),
     (["--kernel", "pool.nope", "--shape", "B=2,K=8"], "--kernel 'pool.nope' is unknown"),
+    ([*GOOD, "--reps", "0"], "expected a positive integer, got 0"),
+    ([*GOOD, "--jobs", "0"], "expected a positive integer, got 0"),
 ]
 
 
@@ -50,6 +52,15 @@ def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch, 
     captured = capsys.readouterr()
     lines = (captured.out + captured.err).strip().splitlines()
     assert status == 2 and len(lines) == 1 and message in lines[0]
+
+
+@needs_tuner
+def test_more_workers_than_visible_gpus_exits_2_with_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    from pycuda_heads.cli import main
+    assert main(["tune", *GOOD, "--workers", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "CUDA_VISIBLE_DEVICES names 1" in lines[0]
 
 
 @needs_tuner

@@ -72,10 +72,10 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--out", type=Path, default=Path("reports"), help="reports folder")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds; stop between configurations once spent (resume by re-running)")
-    p.add_argument("--reps", type=int, default=20,
+    p.add_argument("--reps", type=_positive, default=20,
                    help="timed batches per configuration (median and spread over them)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
                    help="parallel static checks and compilations")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -143,11 +143,15 @@ def _spawn_workers(args: argparse.Namespace) -> int:
 
     from .sweep import WorkerRun
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    if gpus[0] and args.workers > len(gpus):  # a worker outside the set would share a GPU
+        print(f"pycuda-heads {args.command}: --workers {args.workers} needs as many GPUs, "
+              f"CUDA_VISIBLE_DEVICES names {len(gpus)}", file=sys.stderr)
+        return 2
     run = WorkerRun.new(_command())
     procs = []
     for i in range(args.workers):
         env = {**os.environ, **run.spawn_env(i, args.workers),
-               "CUDA_VISIBLE_DEVICES": gpus[i] if gpus[0] and i < len(gpus) else str(i)}
+               "CUDA_VISIBLE_DEVICES": gpus[i] if gpus[0] else str(i)}
         procs.append(subprocess.Popen([sys.executable, "-m", "pycuda_heads.cli", *sys.argv[1:],
                                        "--workers", "1", "--worker-seed", str(args.seed + i)],
                                       env=env))

@@ -39,10 +39,8 @@ def times(v: float | None) -> str:
 
 
 def speedup(v: float | None) -> str:
-    """A speed-up cell: '2.53x', or below 1 '1.06x slower'."""
-    if v is None:
-        return "–"
-    return f"{v:.2f}x" if v >= 1 else f"{1 / v:.2f}x slower"
+    """A speed-up cell: '2.53x', or below 1 '1.06x slower' (``speedup_text`` less 'faster')."""
+    return "–" if v is None else speedup_text(v).removesuffix(" faster")
 
 
 def percent(v: float | None) -> str:
