@@ -522,6 +522,24 @@ def test_export_ships_by_p_value_and_interval_whatever_the_stored_verdict(ci, sh
     assert beats_default({"p_value": 0.5, "ci": [1.5, 2.0], "significant": True}) is False
 
 
+def test_a_schema_created_meanwhile_by_another_worker_is_retried(monkeypatch, tmp_path):
+    """PostgreSQL reports tables another worker created a moment earlier as DuplicateTable."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from pycuda_heads.tuning import storage
+    calls = []
+
+    def racing(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise ProgrammingError("CREATE TABLE studies", {},
+                                   Exception('relation "studies" already exists'))
+        return "storage"
+
+    monkeypatch.setattr(storage, "RDBStorage", racing)
+    assert storage._rdb(f"sqlite:///{tmp_path / 's.db'}", 1, 3) == "storage" and len(calls) == 2
+
+
 def test_task_without_validated_configuration_is_not_exported(tmp_path):
     everything = [p for p in all_points(TOY)]
     run(tmp_path, Synthetic(fail=everything), mode="exhaustive")

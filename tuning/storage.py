@@ -93,7 +93,7 @@ def _rdb(url: str, heartbeat_s: int, grace_s: int) -> RDBStorage:
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") \
         else {"pool_pre_ping": True}
-    from sqlalchemy.exc import IntegrityError, OperationalError
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning,
                             message=".*(heartbeat|Heartbeat)")  # the documented way, flagged new
     for attempt in range(10):
@@ -102,8 +102,9 @@ def _rdb(url: str, heartbeat_s: int, grace_s: int) -> RDBStorage:
                               grace_period=grace_s,
                               heartbeat_stale_trial_callback=optuna.storages.
                               RetryHeartbeatStaleTrialCallback())
-        except (IntegrityError, OperationalError) as exc:
+        except (IntegrityError, OperationalError, ProgrammingError) as exc:
             # workers creating the schema at once: one wins, the others see its tables
+            # (PostgreSQL reports a table created meanwhile as DuplicateTable, a ProgrammingError)
             if attempt == 9 or not any(race in str(exc) for race in _SCHEMA_RACES):
                 raise ValueError(f"storage {url}: {str(exc).splitlines()[0]}") from None
             time.sleep(0.2 * (attempt + 1))
