@@ -95,7 +95,10 @@ class Kernels:
     def __init__(self, cfg: Config, gpu: bool):
         if not gpu:
             self.dev, self.host = (lambda x: np.asarray(x, np.float64)), (lambda x: x)
-            self.pool_forward, self.pool_backward = ref.pool_forward, ref.pool_backward
+            self.pool_forward = ref.pool_forward
+            # the forward's ctx only spares the GPU kernel a read of ln; the math is the same
+            self.pool_backward = lambda q_h, ln, attn, grad_ctx, ctx=None: ref.pool_backward(
+                q_h, ln, attn, grad_ctx)
             self.residual_forward, self.residual_backward = ref.residual_forward, ref.residual_backward
             self.gate_forward, self.gate_backward = ref.gate_forward, ref.gate_backward
             self.head_forward, self.grad_w2, self.grad_w1 = (
@@ -141,7 +144,7 @@ def train_step(k: Kernels, state: dict[str, dict[str, Any]], data: dict[str, np.
 
     _, grad_residual, g_alpha = k.gate_backward(residual, p["alpha"], diff * F32(2 / (b * h)))
     g_wres, g_bres, grad_ctx = k.residual_backward(ctx, p["w_res"], grad_residual)
-    g_q, _ = k.pool_backward(p["q_h"], ln, attn, grad_ctx)
+    g_q, _ = k.pool_backward(p["q_h"], ln, attn, grad_ctx, ctx=ctx)
     g_w2, g_b2, dhidden = k.grad_w2(hidden, p["w2"], grad_logits * F32(LAMBDA_FRD))
     g_w1, g_b1, _ = k.grad_w1(h_t, p["w1"], hidden, dhidden)
     grads = {"q_h": g_q, "w_res": g_wres, "bias_res": g_bres, "alpha": g_alpha, "w1": g_w1,

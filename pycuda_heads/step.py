@@ -84,7 +84,8 @@ class HeadStep:
                                              x["alpha"], stream=s)
         grad_w_res, grad_bias_res, grad_ctx, grad_head, grad_alpha = self.resgate.backward(
             ctx, x["w_res"], x["alpha"], residual, x["grad_out"], stream=s)
-        grad_q_h, grad_ln = self.pool.backward(x["q_h"], x["ln"], attn, grad_ctx, stream=s)
+        grad_q_h, grad_ln = self.pool.backward(x["q_h"], x["ln"], attn, grad_ctx, ctx=ctx,
+                                               stream=s)
         return {"ctx": ctx, "attn": attn, "residual": residual, "out": out,
                 "grad_head": grad_head, "grad_alpha": grad_alpha, "grad_w_res": grad_w_res,
                 "grad_bias_res": grad_bias_res, "grad_ctx": grad_ctx, "grad_q_h": grad_q_h,

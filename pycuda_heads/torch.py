@@ -105,17 +105,19 @@ class AttentionPoolFunction(torch.autograd.Function):
             out, attn = op.forward(*device_arrays(q_h=q_h, ln=ln), stream=s)
         out, attn = as_tensor(out), as_tensor(attn)
         ctx.op = op
-        ctx.save_for_backward(q_h, ln, attn)
+        # the pooled output too: given it, the backward kernel reads ln once fewer
+        ctx.save_for_backward(q_h, ln, attn, out)
         return out, attn
 
     @staticmethod
     def backward(ctx: Any, grad_ctx: torch.Tensor, grad_attn: torch.Tensor | None) -> tuple:
-        q_h, ln, attn = ctx.saved_tensors
+        q_h, ln, attn, out = ctx.saved_tensors
         with torch_order() as s:
             grad_q_h, grad_ln = ctx.op.backward(
                 *device_arrays(q_h=q_h, ln=ln, attn=attn, grad_ctx=grad_ctx.contiguous()),
                 grad_attn=None if grad_attn is None else device_array(
-                    grad_attn.contiguous(), "grad_attn"), stream=s)
+                    grad_attn.contiguous(), "grad_attn"), ctx=device_array(out, "ctx"),
+                stream=s)
         return as_tensor(grad_q_h), as_tensor(grad_ln), None
 
 

@@ -50,6 +50,10 @@ def test_step_matches_the_references_and_the_ops_called_one_by_one(b, k):
     ctx, attn = step.pool.forward(x["q_h"], x["ln"])
     assert ctx.get().tobytes() == got["ctx"].tobytes()
     assert attn.get().tobytes() == got["attn"].tobytes()
+    # the pool's backward is given the forward's ctx (the path that reads ln once fewer)
+    grad_q_h, grad_ln = step.pool.backward(x["q_h"], x["ln"], attn, got["grad_ctx"], ctx=ctx)
+    assert grad_q_h.get().tobytes() == got["grad_q_h"].tobytes()
+    assert grad_ln.get().tobytes() == got["grad_ln"].tobytes()
 
 
 def test_graph_replay_is_bitwise_the_eager_step_and_reads_the_current_inputs():
