@@ -105,13 +105,21 @@ class AttentionPoolFunction(torch.autograd.Function):
             out, attn = op.forward(*device_arrays(q_h=q_h, ln=ln), stream=s)
         out, attn = as_tensor(out), as_tensor(attn)
         ctx.op = op
+        # an output whose gradient is not needed (attn, usually) comes to backward as None
+        # instead of a zero-filled tensor that torch would allocate and the kernel would read
+        ctx.set_materialize_grads(False)
         # the pooled output too: given it, the backward kernel reads ln once fewer
         ctx.save_for_backward(q_h, ln, attn, out)
         return out, attn
 
     @staticmethod
-    def backward(ctx: Any, grad_ctx: torch.Tensor, grad_attn: torch.Tensor | None) -> tuple:
+    def backward(ctx: Any, grad_ctx: torch.Tensor | None,
+                 grad_attn: torch.Tensor | None) -> tuple:
+        if grad_ctx is None and grad_attn is None:
+            return None, None, None
         q_h, ln, attn, out = ctx.saved_tensors
+        if grad_ctx is None:  # only attn reaches the loss
+            grad_ctx = torch.zeros_like(out)
         with torch_order() as s:
             grad_q_h, grad_ln = ctx.op.backward(
                 *device_arrays(q_h=q_h, ln=ln, attn=attn, grad_ctx=grad_ctx.contiguous()),

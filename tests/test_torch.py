@@ -44,6 +44,20 @@ def test_pool_forward_and_gradients_match_torch():
     assert close(ctx, ctx2) and close(attn, attn2) and close(gq, gq2) and close(gln, gln2)
 
 
+@pytest.mark.parametrize("through", ["ctx", "attn", "both"])
+def test_pool_gradients_through_either_output_match_torch(through):
+    pool = pht.AttentionPool(5, 128)
+    (ln,) = leaves((3, 33, 128), seed=5)
+    q = pool.q_h.detach().clone().requires_grad_(True)
+    ln2 = ln.detach().clone().requires_grad_(True)
+    outputs, wanted = pool(ln), reference_pool(q, ln2)
+    pick = {"ctx": [0], "attn": [1], "both": [0, 1]}[through]
+    gs = [torch.randn_like(outputs[i]) for i in pick]
+    got = torch.autograd.grad([outputs[i] for i in pick], [pool.q_h, ln], gs)
+    want = torch.autograd.grad([wanted[i] for i in pick], [q, ln2], gs)
+    assert all(close(a, b) for a, b in zip(got, want))
+
+
 def test_residual_gate_forward_and_gradients_match_torch():
     rg = pht.ResidualGate(5, 128)
     with torch.no_grad():

@@ -52,3 +52,24 @@ def test_pool_backward_is_given_the_forwards_ctx(no_device):
     ctx.sum().backward()
     [call] = pool.calls
     assert call["ctx"] is not None and torch.equal(call["ctx"], ctx.detach())
+
+
+def test_an_unused_attn_gets_no_zero_filled_gradient(no_device):
+    pool = FakePool()
+    q_h, ln = pool_inputs()
+    ctx, _ = pht.AttentionPoolFunction.apply(q_h, ln, pool)
+    ctx.sum().backward()
+    [call] = pool.calls
+    assert call["grad_attn"] is None and torch.equal(call["grad_ctx"], torch.ones_like(ctx))
+
+
+def test_an_unused_ctx_gets_a_zero_gradient(no_device):
+    pool = FakePool()
+    q_h, ln = pool_inputs()
+    _, attn = pht.AttentionPoolFunction.apply(q_h, ln, pool)
+    g = torch.randn_like(attn)
+    attn.backward(g)
+    [call] = pool.calls
+    assert torch.equal(call["grad_attn"], g)
+    assert call["grad_ctx"].shape == (3, 5, 16) and not call["grad_ctx"].any()
+    assert q_h.grad is not None and ln.grad is not None
