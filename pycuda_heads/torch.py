@@ -1,15 +1,16 @@
 """PyTorch integration: autograd Functions and nn.Modules over the library's kernels. The only
 module of the runtime that imports torch (``import pycuda_heads.torch``).
 
-Tensors are used in place (no copies). Every output and scratch buffer is allocated by torch's
-caching allocator, so torch's stream and CUDA-graph rules hold for them, and the kernels run in
-the order of torch's current stream: directly on it when it is the default stream, otherwise on
-a side stream joined to it by events before and after (the fork/join pattern that
-``torch.cuda.graph`` capture follows too).
+Tensors are used in place (no copies) and must be on the device of PyCUDA's primary context
+(a tensor on another device is refused, by name). Every output and scratch buffer is allocated
+by torch's caching allocator, so torch's stream and CUDA-graph rules hold for them, and the
+kernels run in the order of torch's current stream: directly on it when it is the default
+stream, otherwise on a side stream joined to it by events before and after (the fork/join
+pattern that ``torch.cuda.graph`` capture follows too).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -35,8 +36,20 @@ class _TorchMemory:
 
     @staticmethod
     def allocate(nbytes: int) -> tuple[int, torch.Tensor]:
+        # on the current device, which torch_order makes PyCUDA's
         t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
         return t.data_ptr(), t
+
+
+@lru_cache(maxsize=None)
+def _pycuda_device() -> int:
+    """The index of the device PyCUDA's primary context is on, the one every kernel runs on.
+    The driver numbers devices as the CUDA runtime (and so torch) does: both count the devices
+    CUDA_VISIBLE_DEVICES leaves, in the order CUDA_DEVICE_ORDER sets."""
+    drv = cuda()
+    with thread_context():
+        here = drv.Context.get_device()
+    return next(i for i in range(drv.Device.count()) if drv.Device(i) == here)
 
 
 def device_array(t: torch.Tensor, name: str) -> Any:
@@ -44,6 +57,9 @@ def device_array(t: torch.Tensor, name: str) -> Any:
     if not isinstance(t, torch.Tensor) or not t.is_cuda:
         raise TypeError(f"{name}: expected a CUDA tensor, got "
                         f"{type(t).__name__ if not isinstance(t, torch.Tensor) else t.device}")
+    if t.device.index != _pycuda_device():
+        raise ValueError(f"{name}: expected a tensor on cuda:{_pycuda_device()}, the device of "
+                         f"PyCUDA's primary context that the kernels run on, got {t.device}")
     if t.dtype not in _DTYPES:
         raise TypeError(f"{name}: expected dtype float32 (int32 for labels), got {t.dtype}")
     if not t.is_contiguous():
@@ -66,31 +82,37 @@ def as_tensor(arr: Any) -> torch.Tensor:
         at = int(arr.gpudata) - root.data_ptr()
         return root[at: at + arr.nbytes].view(
             torch.float32 if arr.dtype == _F32 else torch.int32).view(arr.shape)
-    return torch.as_tensor(arr, device="cuda")  # not torch's bytes: an op handing back an input
+    # not torch's bytes: an op handing back an input
+    return torch.as_tensor(arr, device=torch.device("cuda", _pycuda_device()))
 
 
 @lru_cache(maxsize=None)
-def _side_stream(device: int) -> tuple[Any, torch.cuda.ExternalStream]:
-    """A PyCUDA stream for launches off torch's default stream, and torch's view of it.
-    Non-blocking: ordered only by the events that join it to torch's stream, never implicitly
-    by the legacy default stream (which a graph capture forbids)."""
+def _side_stream() -> tuple[Any, torch.cuda.ExternalStream]:
+    """A PyCUDA stream for launches off torch's default stream, and torch's view of it (one:
+    PyCUDA has one context, on ``_pycuda_device()``). Non-blocking: ordered only by the events
+    that join it to torch's stream, never implicitly by the legacy default stream (which a graph
+    capture forbids)."""
     stream = cuda().Stream(flags=_CU_STREAM_NON_BLOCKING)
-    return stream, torch.cuda.ExternalStream(stream.handle, device=device)
+    return stream, torch.cuda.ExternalStream(stream.handle, device=_pycuda_device())
 
 
 @contextmanager
 def torch_order() -> Iterator[Any]:
     """The PyCUDA stream to launch on (None: the default stream) so that the launches run in
-    the order of torch's current stream, with torch allocating every buffer."""
-    current = torch.cuda.current_stream()
+    the order of torch's current stream on PyCUDA's device, with torch allocating every buffer
+    there."""
     # backward passes run in torch's autograd threads, which PyCUDA has not seen
-    with thread_context(), memory_from(_TorchMemory):
-        if current.cuda_stream == 0 and not torch.cuda.is_current_stream_capturing():
+    with thread_context(), memory_from(_TorchMemory), torch.cuda.device(_pycuda_device()):
+        current = torch.cuda.current_stream()
+        graph_capture = torch.cuda.is_current_stream_capturing()
+        if current.cuda_stream == 0 and not graph_capture:
             yield None
             return
-        stream, external = _side_stream(current.device.index or 0)
+        stream, external = _side_stream()
         external.wait_stream(current)
-        with capturing():  # no synchronisation may break a capture in progress
+        # no synchronisation may break a capture in progress (PYCUDA_HEADS_SYNC=1 still
+        # synchronises after each launch on a side stream that is not capturing)
+        with capturing() if graph_capture else nullcontext():
             yield stream
         current.wait_stream(external)
 

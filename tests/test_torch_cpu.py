@@ -73,3 +73,57 @@ def test_an_unused_ctx_gets_a_zero_gradient(no_device):
     assert torch.equal(call["grad_attn"], g)
     assert call["grad_ctx"].shape == (3, 5, 16) and not call["grad_ctx"].any()
     assert q_h.grad is not None and ln.grad is not None
+
+
+class OnCuda1(torch.Tensor):
+    """A CPU tensor that says it lives on cuda:1."""
+    is_cuda = property(lambda self: True)
+    device = property(lambda self: torch.device("cuda", 1))
+
+
+def test_a_tensor_on_another_device_than_pycudas_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(pht, "_pycuda_device", lambda: 0)
+    ln = torch.zeros(2, 3, 4).as_subclass(OnCuda1)
+    with pytest.raises(ValueError, match=r"ln: expected a tensor on cuda:0.*got cuda:1"):
+        pht.device_array(ln, "ln")
+
+
+@pytest.fixture
+def fake_streams(monkeypatch):
+    """torch's current stream as a fake non-default stream, the side stream as a fake pair;
+    returns a dict whose "capturing" says whether torch is capturing a graph."""
+    from pycuda_heads.core import compile as core_compile
+
+    class Stream:
+        cuda_stream = 7
+
+        def wait_stream(self, other):
+            pass
+
+    state = {"capturing": False, "device": None}
+
+    @contextmanager
+    def device(index):
+        state["device"] = index
+        yield
+
+    @contextmanager
+    def no_context():
+        yield
+    monkeypatch.setattr(pht, "thread_context", no_context)
+    monkeypatch.setattr(pht, "_pycuda_device", lambda: 0)
+    monkeypatch.setattr(pht, "_side_stream", lambda: ("pycuda stream", Stream()))
+    monkeypatch.setattr(torch.cuda, "device", device)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
+    state["in_capture"] = lambda: bool(core_compile._CAPTURING)
+    return state
+
+
+@pytest.mark.parametrize("capturing", [False, True])
+def test_only_a_graph_capture_turns_the_launch_synchronisation_off(fake_streams, capturing):
+    fake_streams["capturing"] = capturing
+    with pht.torch_order() as s:
+        assert s == "pycuda stream" and fake_streams["device"] == 0
+        assert fake_streams["in_capture"]() is capturing  # PYCUDA_HEADS_SYNC=1 holds otherwise
+    assert not fake_streams["in_capture"]()
