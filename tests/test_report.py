@@ -229,6 +229,26 @@ def parse_shape(text: str) -> list[tuple[str, int]]:
     return [(k, int(v)) for k, v in (p.split("=") for p in text.split(","))]
 
 
+def test_measure_leaves_the_warm_up_to_the_timing(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    class CountingHarness(FakeHarness):
+        def time(self, fn: Any, reps: int) -> dict[str, float]:
+            calls.append("time")
+            return super().time(fn, reps)
+
+    b = object.__new__(bench.Bench)
+    b.harness, b.reps = CountingHarness(), 5
+    result = b._measure(lambda: calls.append("call"), "fake op")
+    assert calls == ["time", "call"]  # no call of fn of its own before the timing's
+    assert result["median_us"] == 10.0 and result["noisy"] == 0
+
+    def broken() -> None:
+        raise RuntimeError("launch failed")
+    assert b._measure(broken, "broken op") == {"error": "RuntimeError: launch failed"}
+    assert "broken op failed: RuntimeError: launch failed" in caplog.text
+
+
 def test_append_rows_rewrites_an_older_header(tmp_path: Path) -> None:
     path = tmp_path / "bench.csv"
     path.write_text("date,op,median_us\n2026-01-01T00:00:00+00:00,pool,12.5\n")

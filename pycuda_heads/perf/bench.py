@@ -109,7 +109,9 @@ class CudaHarness:
             dst.free()
 
     def time(self, fn: Callable[[], Any], reps: int) -> dict[str, float]:
-        """GPU time (median, p20, p80) and Python call cost of a warm ``fn``."""
+        """GPU time (median, p20, p80) and Python call cost of ``fn``, timed once warm:
+        ``gpu_time_us`` first calls it ``warmup`` times (compile, allocate, fill the caches)
+        and synchronises."""
         return timing.gpu_time_us(fn, reps=reps)
 
 
@@ -235,10 +237,7 @@ class Bench:
                 "copy_bandwidth_GBps": self.bandwidth, **result, **extra}
 
     def _measure(self, fn: Callable[[], Any], what: str) -> dict[str, Any]:
-        try:
-            for _ in range(3):  # compile, allocate, fill the caches
-                fn()
-            self.harness.sync()
+        try:  # the harness warms fn up itself: a failing call raises here all the same
             t = self.harness.time(fn, self.reps)
             if _spread(t) > records.NOISY_SPREAD:  # once more; the quieter of the two is kept
                 again = self.harness.time(fn, self.reps)
