@@ -156,29 +156,35 @@ def train_step(k: Kernels, state: dict[str, dict[str, Any]], data: dict[str, np.
     return mse + LAMBDA_FRD * float(k.host(ce).astype(np.float64).sum()) / b
 
 
-def train(cfg: Config, k: Kernels, steps: int) -> tuple[list[float], dict[str, np.ndarray]]:
-    """``steps`` steps from the seeded initial parameters: the losses and final parameters."""
+def train(cfg: Config, k: Kernels, steps: int, snapshot_at: int | None = None
+          ) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """``steps`` steps from the seeded initial parameters: the losses, the final parameters and
+    (with ``snapshot_at``) the parameters after that many steps, else None."""
     teach = teacher(cfg)
     init = init_params(np.random.default_rng([cfg.seed, 0]), cfg)
     state = {"param": {n: k.dev(v) for n, v in init.items()},
              "m": {n: k.dev(np.zeros_like(v)) for n, v in init.items()},
              "v": {n: k.dev(np.zeros_like(v)) for n, v in init.items()}}
-    losses = [train_step(k, state, batch(cfg, teach, s), s + 1) for s in range(steps)]
-    return losses, {n: np.asarray(k.host(v)) for n, v in state["param"].items()}
+    losses, snapshot = [], None
+    for s in range(steps):
+        losses.append(train_step(k, state, batch(cfg, teach, s), s + 1))
+        if s + 1 == snapshot_at:  # a copy: the float64 side's arrays are the state itself
+            snapshot = {n: np.array(k.host(v)) for n, v in state["param"].items()}
+    return losses, {n: np.asarray(k.host(v)) for n, v in state["param"].items()}, snapshot
 
 
 def run(cfg: Config) -> dict[str, Any]:
     """Two GPU runs and the float64 reference of the first steps; the record."""
     start = time.perf_counter()
     gpu = Kernels(cfg, gpu=True)
-    losses, params = train(cfg, gpu, cfg.steps)
-    again, params_again = train(cfg, gpu, cfg.steps)
-    ref_losses, ref_params = train(cfg, Kernels(cfg, gpu=False), REFERENCE_STEPS)
+    ref_steps = min(REFERENCE_STEPS, cfg.steps)
+    losses, params, short = train(cfg, gpu, cfg.steps, snapshot_at=ref_steps)
+    again, params_again, _ = train(cfg, gpu, cfg.steps)
+    ref_losses, ref_params, _ = train(cfg, Kernels(cfg, gpu=False), ref_steps)
     ref_err = max(abs(a - r) / abs(r) for a, r in zip(losses, ref_losses))
     # Parameters after the reference steps, for the record: Adam moves an entry by about lr
     # whatever its gradient's size, so an entry whose gradient is at float32 rounding level can
     # differ by lr; the criterion is the losses, which a wrong gradient moves far beyond 1e-4.
-    short = train(cfg, gpu, REFERENCE_STEPS)[1]
     param_err = {n: float(np.linalg.norm(short[n] - v) / max(np.linalg.norm(v), 1e-30))
                  for n, v in ref_params.items()}
     bitwise = (np.array(losses).tobytes() == np.array(again).tobytes()
@@ -187,7 +193,7 @@ def run(cfg: Config) -> dict[str, Any]:
             "nan": bool(not np.isfinite(losses).all()
                         or not all(np.isfinite(v).all() for v in params.values())),
             "bitwise_rerun": bool(bitwise), "reference_match": bool(ref_err <= REFERENCE_RTOL),
-            "steps": cfg.steps, "reference_steps": REFERENCE_STEPS,
+            "steps": cfg.steps, "reference_steps": ref_steps,
             "reference_max_rel_err": ref_err, "reference_losses": ref_losses,
             "reference_param_rel_err": param_err,
             "alpha_last": [float(a) for a in params["alpha"]], "losses": losses,

@@ -9,10 +9,42 @@ SHORT = smoke.Config(steps=40, batch=64)
 
 
 def test_the_float64_model_learns_the_teacher():
-    losses, params = smoke.train(SHORT, smoke.Kernels(SHORT, gpu=False), SHORT.steps)
+    losses, params, _ = smoke.train(SHORT, smoke.Kernels(SHORT, gpu=False), SHORT.steps)
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < 0.7 * losses[0]
     assert np.abs(params["alpha"]).max() > 1e-3  # the gate opened from alpha = 0
+
+
+def test_a_snapshot_holds_the_parameters_after_that_many_steps():
+    cpu = smoke.Kernels(SHORT, gpu=False)
+    losses, params, snapshot = smoke.train(SHORT, cpu, 6, snapshot_at=3)
+    short_losses, short_params, none = smoke.train(SHORT, cpu, 3)
+    assert none is None and losses[:3] == short_losses
+    assert {n: v.tobytes() for n, v in snapshot.items()} == \
+        {n: v.tobytes() for n, v in short_params.items()}
+    assert any(params[n].tobytes() != v.tobytes() for n, v in snapshot.items())
+
+
+def test_run_trains_twice_on_the_gpu_side(monkeypatch):
+    """The record's parameters after the reference steps come from the first run, not a third."""
+    runs = []
+    real_train, real_kernels = smoke.train, smoke.Kernels
+
+    def kernels(cfg, gpu):  # the float64 twin stands in for the GPU side
+        k = real_kernels(cfg, gpu=False)
+        k.gpu = gpu
+        return k
+
+    def train(cfg, k, steps, snapshot_at=None):
+        runs.append(("gpu" if k.gpu else "float64", steps))
+        return real_train(cfg, k, steps, snapshot_at)
+    monkeypatch.setattr(smoke, "Kernels", kernels)
+    monkeypatch.setattr(smoke, "train", train)
+    cfg = smoke.Config(steps=5, batch=16)
+    result = smoke.run(cfg)
+    assert runs == [("gpu", 5), ("gpu", 5), ("float64", smoke.REFERENCE_STEPS)]
+    assert result["bitwise_rerun"] and result["reference_max_rel_err"] == 0
+    assert set(result["reference_param_rel_err"].values()) == {0.0}
 
 
 def test_the_label_stream_ends_with_sentinel_rows():
