@@ -49,7 +49,12 @@ class HeadStep:
         self._graph: Graph | None = None
 
     def run(self) -> dict[str, Any]:
-        """Launch the step's kernels one by one on the stream (no synchronisation)."""
+        """Launch the step's kernels one by one on the stream; returns without waiting for them.
+
+        The first run launches the step twice: a measuring pass, whose allocations fix the
+        layout of the step's buffers, then (after a synchronisation of the stream and the
+        reservation of those buffers) the real pass into them, whose outputs it returns. Later
+        runs launch once and never synchronise."""
         if self._arena.measuring:  # the first step fixes where every buffer lives
             with memory_from(self._arena):
                 self._launch(self.stream)
@@ -60,10 +65,10 @@ class HeadStep:
         return self.outputs
 
     def capture(self) -> None:
-        """Record the step as a CUDA graph (the buffers are fixed by a first eager step)."""
+        """Record the step as a CUDA graph (the buffers are fixed by a first eager step, whose
+        real pass may still be running: capture only records, it does not wait for it)."""
         if self._arena.measuring:
             self.run()
-            self.stream.synchronize()
         with memory_from(self._arena):
             self._graph = Graph(lambda s: self.outputs.update(self._launch(s)), self.stream)
 
