@@ -172,7 +172,7 @@ def test_a_toy_family_appears_in_every_derived_table(toy: KernelSpec) -> None:
     cat = catalog().with_specs(toy)
 
     assert ("toy.scale", "sm_90") in {(s.id, arch) for s, _, arch in jobs(cat, False, ("sm_90",))}
-    checked = {(s.id, src): shapes for s, _, src, shapes in variants_to_check(cat, None)}
+    checked = {(s.id, src): shapes for s, _, src, shapes, _ in variants_to_check(cat, None)}
     assert checked["toy.scale", "default"] == [({}, {"N": 1}), ({}, {"N": 1000})]
     bench = [c for c in cat.bench_cases() if c.op == "toy"]
     assert [(c.pass_, c.shape, c.floor_bytes()) for c in bench] == [("scale", {"N": 1000}, 8000)]

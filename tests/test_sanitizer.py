@@ -70,9 +70,11 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
     monkeypatch.setattr(tuned, "load_table", lambda slug: None)
     source_hash = {"reduce.axis0": "h0"}
-    monkeypatch.setattr(validation, "variant_record", lambda spec, params, source, shapes: {
-        "kernel": spec.id, "source": source, "params": params, "passed": True, "runs": [],
-        "variant_hash": source_hash[spec.id]})
+
+    def record(spec, params, source, shapes, template):
+        return {"kernel": spec.id, "source": source, "params": params, "passed": True,
+                "runs": [], "variant_hash": source_hash[spec.id]}
+    monkeypatch.setattr(validation, "variant_record", record)
     return source_hash
 
 

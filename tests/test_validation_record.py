@@ -46,3 +46,28 @@ def test_every_shipped_tuned_variant_is_validated(table):
     for entry in json.loads(table.read_text())["entries"]:
         key = (entry["kernel"], json.dumps(entry["params"], sort_keys=True))
         assert key in passed, f"tuned {entry['kernel']} {entry['params']} is not in the record"
+
+
+def test_a_tuned_entry_is_recorded_and_hashed_at_its_own_template(monkeypatch):
+    """A pool entry tuned at a wide model size: its record's template is that size, and its
+    variant_hash is of the source rendered there (what the test above recomputes)."""
+    from pycuda_heads.catalog import SUITE_TEMPLATE
+    from pycuda_heads.verify import cases, checks, validation
+    monkeypatch.setattr(cases, "Case", lambda spec, shape, params, template: template)
+    monkeypatch.setattr(checks, "validate_case", lambda case: {
+        "passed": True, "max_rel_err": 0.0, "checks": {}, "failures": []})
+    wide = {"N_HORIZONS": 8, "HIDDEN_DIM": 512}
+    params = {"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 1}
+    table = {"entries": [{"kernel": "pool.forward", "template": wide,
+                          "shape": {"B": 1024, "K": 128}, "params": params}]}
+    cat = catalog()
+    *_, (spec, got_params, source, shapes, template) = validation.variants_to_check(cat, table)
+    assert (spec.id, got_params, source, template) == ("pool.forward", params, "tuned", wide)
+    assert shapes == [(wide, {"B": 1024, "K": 128})]
+    v = validation.variant_record(spec, got_params, source, shapes, template)
+    assert v["template"] == wide and v["runs"][0]["template"] == wide
+    assert v["variant_hash"] == variant_hash(render(spec.family, {**wide, **params},
+                                                    spec.source_dir))
+    suite = spec.template(SUITE_TEMPLATE)
+    assert v["variant_hash"] != variant_hash(render(spec.family, {**suite, **params},
+                                                    spec.source_dir))

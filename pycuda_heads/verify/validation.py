@@ -38,18 +38,21 @@ Shapes = list[tuple[dict[str, int], dict[str, int]]]
 
 
 def variant_record(spec: KernelSpec, params: Mapping[str, Any], source: str,
-                   shapes: Iterable[tuple[dict[str, int], dict[str, int]]]) -> dict[str, Any]:
+                   shapes: Iterable[tuple[dict[str, int], dict[str, int]]],
+                   template: Mapping[str, int]) -> dict[str, Any]:
+    """The record of one variant: its runs over ``shapes``, and ``template`` (the template
+    constants it is recorded at) with the hash of its source rendered there."""
     from .cases import Case
     from .checks import validate_case
     runs = []
-    for template, shape in shapes:
-        result = validate_case(Case(spec, shape, params, template))
-        runs.append({"template": template, "shape": shape, **result})
+    for run_template, shape in shapes:
+        result = validate_case(Case(spec, shape, params, run_template))
+        runs.append({"template": run_template, "shape": shape, **result})
     rel = [r["max_rel_err"] for r in runs if r["max_rel_err"] is not None]
-    suite_template = spec.template(SUITE_TEMPLATE)
-    return {"kernel": spec.id, "source": source, "template": suite_template,
+    template = dict(template)
+    return {"kernel": spec.id, "source": source, "template": template,
             "params": dict(params),
-            "variant_hash": variant_hash(render(spec.family, {**suite_template, **params},
+            "variant_hash": variant_hash(render(spec.family, {**template, **params},
                                                 spec.source_dir)),
             "passed": all(r["passed"] for r in runs), "max_rel_err": max(rel) if rel else None,
             "checks": {_label(r): {k: v["passed"] for k, v in r["checks"].items()} for r in runs},
@@ -61,9 +64,10 @@ def _label(run: Mapping[str, Any]) -> str:
 
 
 def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
-                      ) -> list[tuple[KernelSpec, dict[str, Any], str, Shapes]]:
-    """(kernel, params, source, shapes): defaults on the full grid, then the entries of the
-    tuned ``table`` at their shape."""
+                      ) -> list[tuple[KernelSpec, dict[str, Any], str, Shapes, dict[str, int]]]:
+    """(kernel, params, source, shapes, template): defaults on the full grid, recorded at the
+    suite template, then the entries of the tuned ``table`` at their shape, recorded at the
+    template they were tuned at (a wide model size for some)."""
     out = []
     for s in cat:  # where the default cannot run, the op runs its nearest valid point
         by_params: dict[tuple, Shapes] = {}
@@ -71,11 +75,12 @@ def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
             params = s.space.nearest(s.space.default, template, shape)
             by_params.setdefault(tuple(params.items()), []).append((template, shape))
         out += [(s, dict(p), "default" if dict(p) == s.space.default else "default (nearest "
-                 "valid)", shapes) for p, shapes in by_params.items()]
+                 "valid)", shapes, s.template(SUITE_TEMPLATE)) for p, shapes in by_params.items()]
     for entry in (table or {}).get("entries", ()):  # wide-model templates included
         if entry["kernel"] in cat:
-            out.append((cat[entry["kernel"]], entry["params"], "tuned",
-                        [(entry["template"], entry["shape"])]))
+            spec = cat[entry["kernel"]]
+            template = spec.template({**SUITE_TEMPLATE, **entry["template"]})
+            out.append((spec, entry["params"], "tuned", [(template, entry["shape"])], template))
     return out
 
 
@@ -164,8 +169,9 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
     todo = [v for v in variants_to_check(catalog(), load_table(slug))
             if not kernels or v[0].id in kernels]
     started = time.perf_counter()
-    variants = [variant_record(spec, params, source, shapes)
-                for spec, params, source, shapes in tqdm(todo, desc="validate", unit="variant")]
+    variants = [variant_record(spec, params, source, shapes, template)
+                for spec, params, source, shapes, template
+                in tqdm(todo, desc="validate", unit="variant")]
     if sanitizer:
         # a variant whose rendered source is unchanged keeps its clean findings of the last record
         clean = _clean_sanitizer_runs(out_dir / slug / records.VALIDATION_JSON)
