@@ -133,8 +133,9 @@ def test_gpu_commands_without_pycuda_print_one_line(command):
     if gpu_available():
         pytest.skip("a GPU is present")
     proc = cli(command)
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and not proc.stdout
+    assert lines[0].startswith(f"pycuda-heads {command}: ")
     assert "pip install '.[gpu]'" in lines[0] and "nvcc" in lines[0]
 
 
@@ -143,5 +144,5 @@ def test_check_without_nvcc_prints_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pycuda_heads.cli", "check"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PATH": str(tmp_path)})
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "nvcc" in lines[0]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "nvcc" in lines[0] and not proc.stdout

@@ -95,7 +95,8 @@ def test_sanitize_without_the_tool_is_one_line(tmp_path, monkeypatch, capsys):
     validation.register(p.add_subparsers())
     args = p.parse_args(["validate", "--sanitize"])
     assert args.func(args) == 2
-    assert capsys.readouterr().out.count("\n") == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and not captured.out
 
 
 def test_sanitizer_shape_prefers_every_axis_at_least_2():

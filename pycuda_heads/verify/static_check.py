@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -186,7 +187,7 @@ def _cli(args: argparse.Namespace) -> int:
     try:
         nvcc_version()
     except NvccUnavailableError as exc:
-        print(f"pycuda-heads check: {exc} (install the CUDA toolkit)")
+        print(f"pycuda-heads check: {exc} (install the CUDA toolkit)", file=sys.stderr)
         return 2
     todo = jobs(catalog(), args.all, tuple(args.arch))
     reports = run_checks(todo, args.jobs)

@@ -203,17 +203,13 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..core.device import GpuUnavailableError
     started = time.time()
     if args.sanitize and shutil.which(SANITIZER) is None:
         print(f"pycuda-heads validate: --sanitize needs {SANITIZER} on the PATH (it comes with "
-              "the CUDA toolkit)")
+              "the CUDA toolkit)", file=sys.stderr)
         return 2
-    try:
-        record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize)
-    except GpuUnavailableError as exc:
-        print(f"pycuda-heads validate: {exc}")
-        return 2
+    # no GPU: cli.main reports it in one line on stderr, exit 2
+    record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize)
     for v in record["variants"]:
         status = "PASS" if v["passed"] else "FAIL"
         err = f"{v['max_rel_err']:.2e}" if v["max_rel_err"] is not None else "-"
