@@ -7,286 +7,325 @@
 // w1 is [F, D_IN], w2 is [HA, F] (HA = N_HORIZONS * N_ATOMS), all row-major. hidden > 0 is the
 // same mask as pre > 0, so the forward keeps no pre-activation.
 //
-// Every product is one shared-memory tiled SIMT GEMM step: both operands are staged k-major
-// (as[k][i], bs[k][j]) and thread (tx, ty) of a 16 x 16 grid owns the outputs (ty * TI + i,
-// tx + 16 j) for i < TI (a multiple of 4), j < TJ: per k a warp reads its TI left values as
-// float4s of two addresses (broadcast) and 16 consecutive words of bs per j, so shared-memory
-// traffic stays below the FMA rate. Operand slices are double-buffered: slice k+1 is loaded
-// from global memory into registers while slice k is multiplied, then stored to the other
-// shared buffer, so one block per SM still overlaps its loads with its arithmetic.
-// Weight gradients: block c owns rows [c*CHUNK, (c+1)*CHUNK), sums them in a fixed order into
-// its scratch row (with the bias gradient: column sums of the staged left operand), and the
-// host adds the scratch rows with one reduce_axis0. No atomics; one writer per element.
-// Template constants: D_IN, HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile), BK (k per
-// staged slice), CHUNK (rows per block of the weight-gradient kernels; its presence selects
-// them over the forward).
+// Products run on the tensor cores as 3xTF32 (mma.sync m16n8k8, float32 accumulators): each
+// operand x is split into big (x cut to tf32) and small = x - big, and a*b is accumulated as
+// a_small*b_big + a_big*b_small + a_big*b_big. The dropped a_small*b_small term is about 2^-20
+// of the product, so the result has float32 accuracy at a fraction of the SIMT FMA cost. Every
+// sum has a fixed order (the mma shape, then k ascending), so results are bitwise reproducible.
+//
+// A block owns CHUNK consecutive rows. It copies the weights its products need to shared memory
+// once, then takes its rows in tiles of BM, the next tile's copy (cp.async) in flight while the
+// current one is multiplied. Weight gradients accumulate in registers over the whole chunk and
+// land in the block's scratch row (weights, then biases); the host adds the rows with one
+// reduce_axis0. No atomics; one writer per element.
+// Template constants: D_IN, HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile: 16, 32, 64),
+// CHUNK (rows per block, a multiple of BM).
 #include "heads_common.cuh"
 
-// Every kernel is declared __launch_bounds__(THREADS, 1): a bound of one block per SM lifts
-// ptxas's register target, which otherwise caps these register tiles at 128 and spills on sm_90.
+// One block of 8 warps per SM: the weights and two tiles fill most of shared memory, and the
+// bound lets ptxas give each thread the registers of its accumulators.
 #define THREADS 256
 #define HA (N_HORIZONS * N_ATOMS)
-#define TILES16(n) (((n) + 15) / 16)
-// Right operand (n columns, 16 lanes strided): whole 16-column groups plus one word, so a
-// transposed store (consecutive k, one column) falls in distinct banks.
-#define LD(n) (16 * TILES16(n) + 1)
-// Left operand (n rows, 4-row runs per thread): its rows per thread, and a row length that keeps
-// float4 reads aligned (+4: transposed stores spread over 8 banks).
-#define ROWS4(n) (4 * (((n) + 63) / 64))
-#define LDA(n) (16 * ROWS4(n) + 4)
-#define TM (BM / 16)
+#define ROUNDUP(n, m) ((((n) + (m) - 1) / (m)) * (m))
 #define IMAX(a, b) ((a) > (b) ? (a) : (b))
-#define PER_THREAD(n) ((BK * (n) + THREADS - 1) / THREADS)
+// Row tiles (BM rows x n columns): BM/16 warps down the rows (one m16 tile each), the others
+// across the columns, covering ROW_EXT(n) columns.
+#define ROW_WM (BM / 16)
+#define ROW_WN (8 / ROW_WM)
+#define ROW_EXT(n) ROUNDUP(n, 8 * ROW_WN)
+// Weight tiles (m x n, summed over rows): 2 x 4 warps, each m16 x n8 tiles up to ROUNDUP(_, 32).
+#define W_EXT(n) ROUNDUP(n, 32)
+// Row strides. Fragment k = t + 4e sits at column 2t + e (see pair). An array read with k down
+// its rows ("k-major": lanes (g, t) read 2t*LD + g) has distinct banks when LD % 16 == 4; one
+// read along its rows in 8-byte pairs (g*LD + 2t, half a warp at a time) when LD % 32 == 8.
+#define LD_KMAJOR(n) (W_EXT(n) + 4)
+#define LD_ROWS(n) (W_EXT(n) + 8)
 
-// A staged operand. Slice k0 is the BK x EXTENT block dst[k * LDD + c] of the row-major src
-// (rows of `stride` floats, live below row_end x col_end, zeroed where mask <= 0): with
-// ALONG_ROWS, src row k0 + k and column c; otherwise the transpose, src row c and column k0 + k.
-// Either way consecutive threads read consecutive floats of a src row. Slots past EXTENT feed
-// only accumulators that are never stored.
-template <int EXTENT, int LDD, bool ALONG_ROWS>
-struct Slices {
-    const float* __restrict__ src;
-    const float* __restrict__ mask;
-    int stride, row_end, col_end;
-    float v[PER_THREAD(EXTENT)];
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
 
-    __device__ __forceinline__ static int k_of(int e) { return ALONG_ROWS ? e / EXTENT : e % BK; }
-    __device__ __forceinline__ static int c_of(int e) { return ALONG_ROWS ? e % EXTENT : e / BK; }
+// Asynchronous copies; a copy with valid == false writes zeros and reads nothing.
+__device__ __forceinline__ void copy4(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)),
+                 "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void copy16(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
+                 "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void commit_copies() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void wait_copies() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
 
-    __device__ __forceinline__ void load(int k0) {
+// dst[r * LD + c] = src[r * COLS + c] for r < ROWS, c < WIDTH (a multiple of 8), zero where
+// r >= n_rows or c >= COLS. 16-byte copies when the rows allow, else 4-byte ones.
+template <int ROWS, int WIDTH, int LD, int COLS>
+__device__ __forceinline__ void stage(float* dst, const float* __restrict__ src, int n_rows) {
+    if (COLS % 4 == 0 && ((size_t)src & 15) == 0) {
+        constexpr int G = WIDTH / 4;
+        for (int e = threadIdx.x; e < ROWS * G; e += THREADS) {
+            const int r = e / G, c = (e % G) * 4;
+            const bool ok = r < n_rows && c < COLS;
+            copy16(dst + r * LD + c, ok ? src + (size_t)r * COLS + c : src, ok);
+        }
+    } else {
+        for (int e = threadIdx.x; e < ROWS * WIDTH; e += THREADS) {
+            const int r = e / WIDTH, c = e % WIDTH;
+            const bool ok = r < n_rows && c < COLS;
+            copy4(dst + r * LD + c, ok ? src + (size_t)r * COLS + c : src, ok);
+        }
+    }
+}
+
+// big keeps x's top 10 mantissa bits (a truncation, one instruction); small = x - big is exact,
+// and the mma reads its top bits as tf32.
+__device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
+    big = __float_as_uint(x) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Elements (i, k) and (i, k + 1) of an operand in shared memory, i its row (A) or column (B):
+// s[k * LD + i] when k runs down the array ("k-major"), else s[i * LD + k], one 8-byte load.
+template <bool K_MAJOR, int LD>
+__device__ __forceinline__ float2 pair(const float* s, int i, int k) {
+    if (K_MAJOR) return make_float2(s[k * LD + i], s[(k + 1) * LD + i]);
+    return *reinterpret_cast<const float2*>(s + i * LD + k);
+}
+
+// acc[i][j] (the m16 x n8 tile at rows 16 i, columns 8 j of the warp's block) += sum over
+// k < 8 KSTEPS of A(m, k) B(k, n), k ascending; a and b point at the warp's first row/column.
+template <int MT, int NT, int KSTEPS, bool KA, int LDA_, bool KB, int LDB_>
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const float* a,
+                                          const float* b) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
-        for (int u = 0; u < PER_THREAD(EXTENT); ++u) {
-            const int e = threadIdx.x + u * THREADS;
-            const int row = ALONG_ROWS ? k0 + k_of(e) : c_of(e);
-            const int col = ALONG_ROWS ? c_of(e) : k0 + k_of(e);
-            const size_t at = (size_t)row * stride + col;
-            float x = 0.f;
-            if (e < BK * EXTENT && row < row_end && col < col_end) {
-                x = src[at];
-                if (mask != nullptr && !(mask[at] > 0.f)) x = 0.f;
+    for (int k0 = 0; k0 < 8 * KSTEPS; k0 += 8) {
+        // fragment k = t + 4e is column k0 + 2t + e, for A and B alike (a permutation of the
+        // k-step's sum, the same every time)
+        unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // rows g and g + 8: registers h and h + 2
+                const float2 v = pair<KA, LDA_>(a, 16 * i + g + 8 * h, k0 + 2 * t);
+                split(v.x, a_big[i][h], a_small[i][h]);
+                split(v.y, a_big[i][h + 2], a_small[i][h + 2]);
             }
-            v[u] = x;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const float2 v = pair<KB, LDB_>(b, 8 * j + g, k0 + 2 * t);
+            split(v.x, b_big[j][0], b_small[j][0]);
+            split(v.y, b_big[j][1], b_small[j][1]);
         }
-    }
-    __device__ __forceinline__ void store(float* dst) const {
+        // the three products of a tile are issued apart, so consecutive mmas are independent
 #pragma unroll
-        for (int u = 0; u < PER_THREAD(EXTENT); ++u) {
-            const int e = threadIdx.x + u * THREADS;
-            if (e < BK * EXTENT) dst[k_of(e) * LDD + c_of(e)] = v[u];
-        }
-    }
-    __device__ __forceinline__ const float* tile(const float* dst, int) const { return dst; }
-};
-
-// A left operand already in shared memory, k-major with rows of LDD (the forward's hidden tile).
-template <int LDD>
-struct Resident {
-    const float* base;
-
-    __device__ __forceinline__ void load(int) {}
-    __device__ __forceinline__ void store(float*) const {}
-    __device__ __forceinline__ const float* tile(const float*, int k0) const {
-        return base + k0 * LDD;
-    }
-};
-
-struct NoHook {
-    __device__ __forceinline__ void operator()(const float*) const {}
-};
-
-// acc[i][j] += sum_k as[k][ty * TI + i] * bs[k][tx + 16 j], k ascending (a fixed order).
-template <int TI, int TJ, int LDL, int LDR>
-__device__ __forceinline__ void mma_slice(float (&acc)[TI][TJ], const float* as,
-                                          const float* bs) {
-    static_assert(TI % 4 == 0 && LDL % 4 == 0, "left operand rows are read as float4");
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int k = 0; k < BK; ++k) {
-        float a[TI], b[TJ];
+            for (int j = 0; j < NT; ++j) mma(acc[i][j], a_small[i], b_big[j]);
 #pragma unroll
-        for (int i = 0; i < TI; i += 4) {
-            const float4 t = *reinterpret_cast<const float4*>(as + k * LDL + ty * TI + i);
-            a[i] = t.x; a[i + 1] = t.y; a[i + 2] = t.z; a[i + 3] = t.w;
-        }
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < TJ; ++j) b[j] = bs[k * LDR + tx + 16 * j];
+            for (int j = 0; j < NT; ++j) mma(acc[i][j], a_big[i], b_small[j]);
 #pragma unroll
-        for (int i = 0; i < TI; ++i)
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int j = 0; j < TJ; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            for (int j = 0; j < NT; ++j) mma(acc[i][j], a_big[i], b_big[j]);
     }
 }
 
-template <int TI, int TJ>
-__device__ __forceinline__ void zero(float (&acc)[TI][TJ]) {
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 #pragma unroll
-    for (int i = 0; i < TI; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < TJ; ++j) acc[i][j] = 0.f;
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
-// acc = sum over the slices k0 in [k_begin, k_end) of a-slice x b-slice, slices in order.
-// as and bs hold two buffers of sa and sb words; hook sees each left slice after its products.
-template <int TI, int TJ, int LDL, int LDR, class A, class Bop, class Hook>
-__device__ __forceinline__ void gemm(float (&acc)[TI][TJ], A& a, Bop& b, int k_begin,
-                                     int k_end, float* as, int sa, float* bs, int sb,
-                                     Hook& hook) {
-    zero(acc);
-    a.load(k_begin);
-    b.load(k_begin);
-    int buf = 0;
-    for (int k0 = k_begin; k0 < k_end; k0 += BK, buf ^= 1) {
-        // buffer buf was last read two slices ago, before the barrier of the previous slice
-        a.store(as + buf * sa);
-        b.store(bs + buf * sb);
-        __syncthreads();
-        if (k0 + BK < k_end) {
-            a.load(k0 + BK);
-            b.load(k0 + BK);
-        }
-        const float* left = a.tile(as + buf * sa, k0);
-        mma_slice<TI, TJ, LDL, LDR>(acc, left, bs + buf * sb);
-        hook(left);
-    }
-    __syncthreads();  // the buffers are free again for the caller
+// f(m, n, value) for every accumulator, m and n relative to the warp's first row and column.
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each(float (&acc)[MT][NT][4], F f) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(16 * i + g + 8 * (e / 2), 8 * j + 2 * t + e % 2, acc[i][j][e]);
 }
 
-template <int N>
-__device__ __forceinline__ void store_rows(float* __restrict__ out, const float (&acc)[TM][TILES16(N)],
-                                           int n_rows) {
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TILES16(N); ++j) {
-            const int m = ty * TM + i, n = tx + 16 * j;
-            if (m < n_rows && n < N) out[(size_t)m * N + n] = acc[i][j];
-        }
-}
-
-#ifndef CHUNK
-#define K_HIDDEN (BK * ((HIDDEN + BK - 1) / BK))
-#define SLICE_A (BK * LDA(BM))
-#define SLICE_B (BK * LD(IMAX(HIDDEN, HA)))
-
-// Forward: block per BM rows. Layer 1 lands in shared memory k-major (hs[f][m]) and is the
-// left operand of layer 2 as it is. Dynamic shared memory (the Python launch computes the
-// same): hs[K_HIDDEN][LDA(BM)], then two left and two right slice buffers.
+// Forward. Dynamic shared memory (the Python launch computes the same): w1s[ROW_EXT(HIDDEN)][LDK1],
+// w2s[ROW_EXT(HA)][LDK2], two h_t tiles [BM][LDK1], the hidden tile [BM][LDK2].
+#define LDK1 LD_ROWS(D_IN)
+#define LDK2 LD_ROWS(HIDDEN)
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ b1, const float* __restrict__ w2,
                 const float* __restrict__ b2, float* __restrict__ hidden,
                 float* __restrict__ logits, const int B)
 {
-    extern __shared__ float smem[];
-    float* hs = smem;
-    float* as = hs + K_HIDDEN * LDA(BM);
-    float* bs = as + 2 * SLICE_A;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int r0 = blockIdx.x * BM;
-    const int n_rows = min(BM, B - r0);
-    NoHook none;
-    {
-        float acc[TM][TILES16(HIDDEN)];
-        Slices<BM, LDA(BM), false> a{h_t + (size_t)r0 * D_IN, nullptr, D_IN, n_rows, D_IN};
-        Slices<HIDDEN, LD(HIDDEN), false> w{w1, nullptr, D_IN, HIDDEN, D_IN};
-        gemm<TM, TILES16(HIDDEN), LDA(BM), LD(HIDDEN)>(acc, a, w, 0, D_IN, as, SLICE_A, bs,
-                                                      SLICE_B, none);
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TILES16(HIDDEN); ++j) {
-                const int m = ty * TM + i, f = tx + 16 * j;
-                if (f < HIDDEN) {
-                    acc[i][j] = fmaxf(acc[i][j] + b1[f], 0.f);
-                    hs[f * LDA(BM) + m] = acc[i][j];
-                }
-            }
-        store_rows<HIDDEN>(hidden + (size_t)r0 * HIDDEN, acc, n_rows);
-    }
-    // k-slices of layer 2 past HIDDEN multiply zero-staged w2 columns: keep them finite
-    for (int e = HIDDEN * LDA(BM) + threadIdx.x; e < K_HIDDEN * LDA(BM); e += THREADS) hs[e] = 0.f;
-    __syncthreads();
-    float acc[TM][TILES16(HA)];
-    Resident<LDA(BM)> a{hs};
-    Slices<HA, LD(HA), false> w{w2, nullptr, HIDDEN, HA, HIDDEN};
-    gemm<TM, TILES16(HA), LDA(BM), LD(HA)>(acc, a, w, 0, HIDDEN, as, SLICE_A, bs, SLICE_B, none);
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TILES16(HA); ++j) {
-            const int n = tx + 16 * j;
-            if (n < HA) acc[i][j] += b2[n];
+    constexpr int EXT1 = ROW_EXT(HIDDEN), EXT2 = ROW_EXT(HA);
+    constexpr int NT1 = EXT1 / (8 * ROW_WN), NT2 = EXT2 / (8 * ROW_WN);
+    extern __shared__ float4 smem4[];
+    float* w1s = reinterpret_cast<float*>(smem4);
+    float* w2s = w1s + EXT1 * LDK1;
+    float* xs = w2s + EXT2 * LDK2;
+    float* hs = xs + 2 * BM * LDK1;
+    const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
+    const int warp = threadIdx.x / 32, wm = warp % ROW_WM, wn = warp / ROW_WM;
+
+    stage<EXT1, ROUNDUP(D_IN, 8), LDK1, D_IN>(w1s, w1, HIDDEN);
+    stage<EXT2, ROUNDUP(HIDDEN, 8), LDK2, HIDDEN>(w2s, w2, HA);
+    stage<BM, ROUNDUP(D_IN, 8), LDK1, D_IN>(xs, h_t + (size_t)r0 * D_IN, min(BM, r1 - r0));
+    commit_copies();
+    int buf = 0;
+    for (int m0 = r0; m0 < r1; m0 += BM, buf ^= 1) {
+        if (m0 + BM < r1) {
+            stage<BM, ROUNDUP(D_IN, 8), LDK1, D_IN>(xs + (buf ^ 1) * BM * LDK1,
+                                                   h_t + (size_t)(m0 + BM) * D_IN,
+                                                   min(BM, r1 - m0 - BM));
+            commit_copies();
+            wait_copies<1>();
+        } else {
+            wait_copies<0>();
         }
-    store_rows<HA>(logits + (size_t)r0 * HA, acc, n_rows);
+        __syncthreads();
+        const int n_rows = min(BM, r1 - m0);
+        {
+            float acc[1][NT1][4];
+            zero(acc);
+            warp_gemm<1, NT1, ROUNDUP(D_IN, 8) / 8, false, LDK1, false, LDK1>(
+                acc, xs + buf * BM * LDK1 + wm * 16 * LDK1, w1s + wn * NT1 * 8 * LDK1);
+            // hidden columns past HIDDEN stay 0: layer 2 reads them up to ROUNDUP(HIDDEN, 8)
+            for_each(acc, [&](int m, int n, float v) {
+                m += wm * 16;
+                n += wn * NT1 * 8;
+                v = n < HIDDEN ? fmaxf(v + b1[n], 0.f) : 0.f;
+                if (n < ROUNDUP(HIDDEN, 8)) hs[m * LDK2 + n] = v;
+                if (m < n_rows && n < HIDDEN) hidden[(size_t)(m0 + m) * HIDDEN + n] = v;
+            });
+        }
+        __syncthreads();
+        {
+            float acc[1][NT2][4];
+            zero(acc);
+            warp_gemm<1, NT2, ROUNDUP(HIDDEN, 8) / 8, false, LDK2, false, LDK2>(
+                acc, hs + wm * 16 * LDK2, w2s + wn * NT2 * 8 * LDK2);
+            for_each(acc, [&](int m, int n, float v) {
+                m += wm * 16;
+                n += wn * NT2 * 8;
+                if (m < n_rows && n < HA) logits[(size_t)(m0 + m) * HA + n] = v + b2[n];
+            });
+        }
+        __syncthreads();  // this tile's buffer and hs are rewritten next
+    }
 }
-
-#else
-// Bias partials: column sums of each staged left slice [BK][M], k ascending.
-template <int M, int LDD>
-struct ColumnSums {
-    float v[(M + THREADS - 1) / THREADS];
-
-    __device__ __forceinline__ void operator()(const float* as) {
-#pragma unroll
-        for (int u = 0; u < (M + THREADS - 1) / THREADS; ++u) {
-            const int m = threadIdx.x + u * THREADS;
-            if (m < M)
-#pragma unroll
-                for (int k = 0; k < BK; ++k) v[u] += as[k * LDD + m];
-        }
-    }
-};
 
 // One backward stage over the block's CHUNK rows of A[B][M] (zeroed where mask <= 0): the
 // weight and bias partials sum_r A[r]^T X[r] and sum_r A[r] into scratch[blockIdx.x] (M*N
-// values, then M), then out[r] = A[r] . W (W is [M][N]) for its rows, BM at a time.
-// Dynamic shared memory (the Python launch computes the same): two left slice buffers of
-// BK * max(LDA(M), LDA(BM)) words, then two right ones of BK * LD(N).
-template <int M, int N>
+// values, then M), and out[r] = A[r] W for its rows (W is [M][N]).
+// Dynamic shared memory (the Python launch computes the same): ws[ROUNDUP(M, 8)][LDW], two A
+// tiles [BM][LD_KMAJOR(M)], two X tiles [BM][LD_KMAJOR(N)], with a mask two mask tiles like A.
+template <int M, int N, bool MASKED>
 __device__ __forceinline__ void backward_stage(const float* __restrict__ a,
                                                const float* __restrict__ x,
                                                const float* __restrict__ w,
                                                const float* __restrict__ mask,
                                                float* __restrict__ scratch,
                                                float* __restrict__ out, int B) {
-    constexpr int sa = BK * IMAX(LDA(M), LDA(BM)), sb = BK * LD(N);
-    extern __shared__ float smem[];
-    float* as = smem;
-    float* bs = smem + 2 * sa;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    constexpr int LDA_ = LD_KMAJOR(M), LDX = LD_KMAJOR(N), KM = ROUNDUP(M, 8);
+    constexpr int EXTO = ROW_EXT(N), LDW = LD_KMAJOR(EXTO), NTO = EXTO / (8 * ROW_WN);
+    constexpr int MTW = W_EXT(M) / 32, NTW = W_EXT(N) / 32, BIAS = (M + THREADS - 1) / THREADS;
+    extern __shared__ float4 smem4[];
+    float* ws = reinterpret_cast<float*>(smem4);
+    float* as = ws + KM * LDW;
+    float* xs = as + 2 * BM * LDA_;
+    float* ms = xs + 2 * BM * LDX;
     const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
-    {
-        float acc[ROWS4(M)][TILES16(N)];
-        Slices<M, LDA(M), true> left{a, mask, M, r1, M};
-        Slices<N, LD(N), true> right{x, nullptr, N, r1, N};
-        ColumnSums<M, LDA(M)> bias{};
-        gemm<ROWS4(M), TILES16(N), LDA(M), LD(N)>(acc, left, right, r0, r1, as, sa, bs, sb,
-                                                   bias);
-        float* part = scratch + (size_t)blockIdx.x * (M * N + M);
+    const int warp = threadIdx.x / 32;
+    const int wm = warp % 2, wn = warp / 2;            // weight tile
+    const int om = warp % ROW_WM, on = warp / ROW_WM;  // out rows
+
+    // the tile of rows [m0, m0 + BM) into buffer slot
+    auto copy_tile = [&](int m0, int slot) {
+        const int n = min(BM, r1 - m0);
+        stage<BM, W_EXT(M), LDA_, M>(as + slot * BM * LDA_, a + (size_t)m0 * M, n);
+        stage<BM, W_EXT(N), LDX, N>(xs + slot * BM * LDX, x + (size_t)m0 * N, n);
+        if (MASKED) stage<BM, W_EXT(M), LDA_, M>(ms + slot * BM * LDA_, mask + (size_t)m0 * M, n);
+        commit_copies();
+    };
+    stage<KM, EXTO, LDW, N>(ws, w, M);  // joins the first tile's group
+    copy_tile(r0, 0);
+    float accw[MTW][NTW][4];
+    zero(accw);
+    float bias[BIAS];
 #pragma unroll
-        for (int i = 0; i < ROWS4(M); ++i)
-#pragma unroll
-            for (int j = 0; j < TILES16(N); ++j) {
-                const int m = ty * ROWS4(M) + i, n = tx + 16 * j;
-                if (m < M && n < N) part[m * N + n] = acc[i][j];
-            }
-#pragma unroll
-        for (int u = 0; u < (M + THREADS - 1) / THREADS; ++u) {
-            const int m = threadIdx.x + u * THREADS;
-            if (m < M) part[M * N + m] = bias.v[u];
+    for (int u = 0; u < BIAS; ++u) bias[u] = 0.f;
+    int buf = 0;
+    for (int m0 = r0; m0 < r1; m0 += BM, buf ^= 1) {
+        if (m0 + BM < r1) {
+            copy_tile(m0 + BM, buf ^ 1);
+            wait_copies<1>();
+        } else {
+            wait_copies<0>();
         }
+        __syncthreads();
+        float* at = as + buf * BM * LDA_;
+        if (MASKED) {
+            const float* mt = ms + buf * BM * LDA_;
+            for (int e = threadIdx.x; e < BM * W_EXT(M); e += THREADS) {
+                const int i = e / W_EXT(M) * LDA_ + e % W_EXT(M);
+                if (!(mt[i] > 0.f)) at[i] = 0.f;
+            }
+            __syncthreads();
+        }
+        // bias partials: column sums, rows ascending
+#pragma unroll
+        for (int u = 0; u < BIAS; ++u) {
+            const int m = threadIdx.x + u * THREADS;
+            if (m < M)
+                for (int r = 0; r < BM; ++r) bias[u] += at[r * LDA_ + m];
+        }
+        // weight partials: the tile's rows are the k of A^T X
+        warp_gemm<MTW, NTW, BM / 8, true, LDA_, true, LDX>(
+            accw, at + wm * MTW * 16, xs + buf * BM * LDX + wn * NTW * 8);
+        {
+            float acc[1][NTO][4];
+            zero(acc);
+            warp_gemm<1, NTO, KM / 8, false, LDA_, true, LDW>(acc, at + om * 16 * LDA_,
+                                                             ws + on * NTO * 8);
+            const int n_rows = min(BM, r1 - m0);
+            for_each(acc, [&](int m, int n, float v) {
+                m += om * 16;
+                n += on * NTO * 8;
+                if (m < n_rows && n < N) out[(size_t)(m0 + m) * N + n] = v;
+            });
+        }
+        __syncthreads();  // this tile's buffers are rewritten next
     }
-    NoHook none;
-    for (int m0 = r0; m0 < r1; m0 += BM) {
-        const int n_rows = min(BM, r1 - m0);
-        float acc[TM][TILES16(N)];
-        Slices<BM, LDA(BM), false> left{a + (size_t)m0 * M,
-                                        mask == nullptr ? nullptr : mask + (size_t)m0 * M, M,
-                                        n_rows, M};
-        Slices<N, LD(N), true> right{w, nullptr, N, M, N};
-        gemm<TM, TILES16(N), LDA(BM), LD(N)>(acc, left, right, 0, M, as, sa, bs, sb, none);
-        store_rows<N>(out + (size_t)m0 * N, acc, n_rows);
+    float* part = scratch + (size_t)blockIdx.x * (M * N + M);
+    for_each(accw, [&](int m, int n, float v) {
+        m += wm * MTW * 16;
+        n += wn * NTW * 8;
+        if (m < M && n < N) part[m * N + n] = v;
+    });
+#pragma unroll
+    for (int u = 0; u < BIAS; ++u) {
+        const int m = threadIdx.x + u * THREADS;
+        if (m < M) part[M * N + m] = bias[u];
     }
 }
 
@@ -296,15 +335,14 @@ frdhead_grad_w2(const float* __restrict__ hidden, const float* __restrict__ w2,
                 const float* __restrict__ grad_logits, float* __restrict__ scratch,
                 float* __restrict__ dhidden, const int B)
 {
-    backward_stage<HA, HIDDEN>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
+    backward_stage<HA, HIDDEN, false>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
 }
 
-// F.3c: dW1/db1 partials and dh_t = dpre w1; the ReLU mask is applied as dhidden is staged.
+// F.3c: dW1/db1 partials and dh_t = dpre w1; the ReLU mask is applied to each staged tile.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 frdhead_grad_w1(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ hidden, const float* __restrict__ dhidden,
                 float* __restrict__ scratch, float* __restrict__ grad_h_t, const int B)
 {
-    backward_stage<HIDDEN, D_IN>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
+    backward_stage<HIDDEN, D_IN, true>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
 }
-#endif

@@ -23,69 +23,68 @@ THREADS = 256
 _F32 = np.dtype(np.float32)
 
 
-def _tiles16(n: int) -> int:
-    return (n + 15) // 16
+def _up(n: int, m: int) -> int:
+    return -(-n // m) * m
 
 
-def _ld(n: int) -> int:
-    """Shared row length of a right operand of n columns (cu/frdhead.cu: LD)."""
-    return 16 * _tiles16(n) + 1
+def _row_ext(n: int, bm: int) -> int:
+    """Columns a tile of BM rows covers: BM/16 warps down the rows, 128/BM across (ROW_EXT)."""
+    return _up(n, 1024 // bm)
 
 
-def _lda(n: int) -> int:
-    """Shared row length of a left operand of n rows (cu/frdhead.cu: LDA)."""
-    return 64 * -(-n // 64) + 4
+def _ld_kmajor(n: int) -> int:
+    return _up(n, 32) + 4
+
+
+def _ld_rows(n: int) -> int:
+    return _up(n, 32) + 8
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    """The hidden tile, then two left and two right slice buffers."""
-    f, ha, bk = env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BK"]
-    k_hidden = -(-f // bk) * bk
-    return 4 * (k_hidden * _lda(p["BM"]) + 2 * bk * _lda(p["BM"]) + 2 * bk * _ld(max(f, ha)))
+    """w1 and w2 (rows padded to the warps' columns), two h_t tiles and the hidden tile."""
+    d, f, ha, bm = env["D_IN"], env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BM"]
+    return 4 * ((_row_ext(f, bm) + 2 * bm) * _ld_rows(d) + (_row_ext(ha, bm) + bm) * _ld_rows(f))
 
 
-def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int) -> int:
-    """A backward stage over A[B, m]: two left and two right slice buffers."""
-    return 8 * p["BK"] * (max(_lda(m), _lda(p["BM"])) + _ld(n))
+def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int, masked: bool) -> int:
+    """A backward stage over A[B, m], X[B, n], W[m, n]: W, then two A, two X (and two mask)
+    tiles."""
+    bm = p["BM"]
+    return 4 * (_up(m, 8) * _ld_kmajor(_row_ext(n, bm))
+                + 2 * bm * ((2 if masked else 1) * _ld_kmajor(m) + _ld_kmajor(n)))
 
 
 def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["HIDDEN"])
+    return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["HIDDEN"], False)
 
 
 def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return _stage_shared_bytes(p, env["HIDDEN"], env["D_IN"])
+    return _stage_shared_bytes(p, env["HIDDEN"], env["D_IN"], True)
 
 
-# A thread owns BM/16 rows (read as float4s: BM a multiple of 64) of a tile. Per-thread
-# accumulators (rows x 16-column groups) stay at or below 64, the most the static check has seen
-# fit the 255-register cap with double-buffered slices; this bounds the head's sizes (D_in, F
-# and H*A up to 128 each fit).
-_TILE = {"BM": (64, 128), "BK": (8, 16, 32)}
+# BM rows per tile (one m16 tile per warp row), CHUNK rows per block. Accumulators stay at or
+# below 64 registers per thread: a row tile's warp holds ceil(n / (1024 / BM)) m16n8 tiles of 4,
+# a weight gradient's ceil(m/32) x ceil(n/32). The weights must fit shared memory beside two
+# tiles. D_in, F and H*A up to 128 each pass every restriction at BM <= 32.
+_KNOBS = {"BM": (16, 32, 64), "CHUNK": (64, 128, 256, 512, 1024, 2048)}
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
+_CHUNK_RULE = "CHUNK % BM == 0"
 
 FORWARD_SPACE = KernelSpace(
-    kernel="frdhead.forward", params=_TILE, default={"BM": 64, "BK": 16},
-    restrictions=("(BM // 16) * ((HIDDEN + 15) // 16) <= 64",
-                  "(BM // 16) * ((N_HORIZONS * N_ATOMS + 15) // 16) <= 64"),
+    kernel="frdhead.forward", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
+    restrictions=(_CHUNK_RULE,
+                  "(HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
+                  "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16"),
     launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 
-# BK=32 double-buffered with the weight-gradient tiles needs more than 255 registers.
-_GRAD = {**_TILE, "BK": (8, 16), "CHUNK": (64, 128, 256, 512, 1024)}
-_CHUNK_RULES = ("CHUNK % BM == 0", "CHUNK % BK == 0")
-
 GRAD_W2_SPACE = KernelSpace(
-    kernel="frdhead.grad_w2", params=_GRAD, default={"BM": 64, "BK": 16, "CHUNK": 256},
-    restrictions=(*_CHUNK_RULES,
-                  "4 * ((N_HORIZONS * N_ATOMS + 63) // 64) * ((HIDDEN + 15) // 16) <= 64",
-                  "(BM // 16) * ((HIDDEN + 15) // 16) <= 64"),
-    launch_restrictions=_LAUNCH,
-    shared_bytes=grad_w2_shared_bytes)
+    kernel="frdhead.grad_w2", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
+    restrictions=(_CHUNK_RULE, "((N_HORIZONS * N_ATOMS + 31) // 32) * ((HIDDEN + 31) // 32) <= 16"),
+    launch_restrictions=_LAUNCH, shared_bytes=grad_w2_shared_bytes)
 
 GRAD_W1_SPACE = KernelSpace(
-    kernel="frdhead.grad_w1", params=_GRAD, default={"BM": 64, "BK": 16, "CHUNK": 256},
-    restrictions=(*_CHUNK_RULES, "4 * ((HIDDEN + 63) // 64) * ((D_IN + 15) // 16) <= 64",
-                  "(BM // 16) * ((D_IN + 15) // 16) <= 64"),
+    kernel="frdhead.grad_w1", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
+    restrictions=(_CHUNK_RULE, "((HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
     launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
 
 
@@ -121,7 +120,7 @@ class FrdHead(Op):
         b2 = as_device(b2, "b2", ("H", "A"), dims)
         b = dims["B"]
         plan = self.plan("forward", {"B": b}, lambda p: (
-            (-(-b // p["BM"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
+            (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
         plan.kernel(plan.grid, plan.block, h_t.gpudata, w1.gpudata, b1.gpudata, w2.gpudata,
                     b2.gpudata, hidden.gpudata, logits.gpudata, b, shared=plan.shared,
