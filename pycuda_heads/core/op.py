@@ -155,9 +155,6 @@ class HorizonOp(Op):
         #: the axes the template binds, as ``Inputs.adapt`` takes them
         self.bound = {"H": n_horizons, "D": hidden_dim}
 
-    def _dims(self) -> dict[str, int]:
-        return dict(self.bound)
-
 
 def _modules_used(module: ModuleType) -> list[ModuleType]:
     """``module`` and every module of its package it takes a name from, transitively: the op
