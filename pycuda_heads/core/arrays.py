@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Iterator, MutableMapping, Sequence
+from typing import Any, Iterator, Mapping, MutableMapping, Sequence
 
 import numpy as np
 
@@ -32,21 +32,28 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _array_fields(shape: tuple[int, ...], dtype: np.dtype) -> dict[str, Any]:
-    """Every attribute of a GPUArray of this shape and dtype but its memory, from one built
-    by PyCUDA's own constructor: a small call then wraps memory without re-deriving them."""
-    fields = dict(vars(_gpuarray().GPUArray(shape, dtype, gpudata=0)))
-    del fields["gpudata"], fields["base"]
-    return fields
+def _array_fields(shape: tuple[int, ...], dtype: np.dtype) -> tuple[type, dict[str, Any]]:
+    """The GPUArray class and every attribute of one of this shape and dtype but its memory,
+    from one built by PyCUDA's own constructor: a small call then wraps memory without
+    re-deriving them."""
+    cls = _gpuarray().GPUArray
+    fields = dict(vars(cls(shape, dtype, gpudata=0)))
+    fields["gpudata"] = fields["base"] = None
+    return cls, fields
+
+
+def _new_array(cls: type, fields: dict[str, Any], gpudata: Any, base: Any) -> Any:
+    # a copied dict is several times cheaper than filling an instance's own one by one
+    arr = object.__new__(cls)
+    arr.__dict__ = attrs = fields.copy()
+    attrs["gpudata"], attrs["base"] = gpudata, base
+    return arr
 
 
 def wrap(shape: tuple[int, ...], dtype: np.dtype, gpudata: Any, base: Any = None) -> Any:
     """A C-contiguous GPUArray over ``gpudata`` (an allocation or a raw pointer); ``base``
     keeps the owner of borrowed memory alive."""
-    arr = object.__new__(_gpuarray().GPUArray)
-    arr.__dict__.update(_array_fields(shape, dtype))
-    arr.gpudata, arr.base = gpudata, base
-    return arr
+    return _new_array(*_array_fields(shape, dtype), gpudata, base)
 
 
 def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
@@ -114,6 +121,56 @@ def as_device(x: Any, name: str, axes: Sequence[str], dims: MutableMapping[str, 
                     f"__cuda_array_interface__, got {type(x).__name__}")
 
 
+class Inputs:
+    """The array arguments of one op method in the order they are checked: ``name=axes``, or
+    ``name=(axes, dtype)`` for one that is not float32.
+
+    ``adapt`` passes each through ``as_device``. What those checks decide depends only on each
+    array's type, shape, strides and dtype and on the dims the op binds itself, so a call whose
+    arrays are all GPUArrays (or None, for optional ones) with a signature that passed before
+    skips them and reuses the dims they bound: a different shape, dtype or layout is checked
+    again and raises the same error as ever.
+    """
+
+    #: signatures remembered per op before the memo starts afresh (varying batch sizes)
+    MEMO_SIZE = 1024
+
+    def __init__(self, **args: Any) -> None:
+        self.args = tuple((name, *((spec, np.float32) if isinstance(spec[0], str) else spec))
+                          for name, spec in args.items())
+
+    def adapt(self, memo: dict[tuple, dict[str, int]], bound: Mapping[str, int],
+              *arrays: Any) -> tuple[tuple, dict[str, int]]:
+        """(the arrays as device arrays, None left as None; every named axis -> its size).
+        ``memo`` is the op's own (it holds results for the op's ``bound`` dims)."""
+        key = self._signature(arrays)
+        hit = memo.get(key) if key is not None else None
+        if hit is not None:
+            return arrays, dict(hit)
+        dims = dict(bound)
+        adapted = tuple(None if x is None else as_device(x, name, axes, dims, dtype)
+                        for x, (name, axes, dtype) in zip(arrays, self.args))
+        if key is not None:
+            if len(memo) >= self.MEMO_SIZE:
+                memo.clear()
+            memo[key] = dict(dims)
+        return adapted, dims
+
+    def _signature(self, arrays: tuple) -> tuple | None:
+        """What ``as_device`` checks of ``arrays``, or None when one is not a GPUArray (NumPy
+        arrays are copied, CUDA arrays wrapped: each call adapts them anew)."""
+        gpuarray = _gpuarray().GPUArray
+        key: list[Any] = [self]
+        for x in arrays:
+            if type(x) is gpuarray:
+                key += x.shape, x.strides, x.dtype
+            elif x is None:
+                key.append(None)
+            else:
+                return None
+        return tuple(key)
+
+
 def output_buffer(out: Any, accumulate: bool, name: str, axes: Sequence[str],
                   dims: MutableMapping[str, int]) -> Any:
     """The array a kernel writes its ``axes``-shaped result into: a new one, or the caller's
@@ -121,7 +178,7 @@ def output_buffer(out: Any, accumulate: bool, name: str, axes: Sequence[str],
     if out is None:
         if accumulate:
             raise ValueError(f"accumulate=True needs out= (the {name} buffer to add into)")
-        return empty(tuple(dims[a] for a in axes))
+        return empty(tuple(map(dims.__getitem__, axes)))
     if not hasattr(out, "gpudata") and not hasattr(out, "__cuda_array_interface__"):
         raise TypeError(f"out: expected a device array (GPUArray or CUDA array), got "
                         f"{type(out).__name__}; a NumPy array cannot receive the result")
@@ -165,19 +222,24 @@ def poisoned_outputs() -> Iterator[None]:
 
 def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     """A pooled, uninitialised device array (NaN-filled inside ``poisoned_outputs``)."""
-    dtype = _F32 if dtype is np.float32 else np.dtype(dtype)
     if type(shape) is not tuple:
         shape = tuple(int(n) for n in shape)
-    fields = _array_fields(shape, dtype)
-    arr = object.__new__(_gpuarray().GPUArray)
-    arr.__dict__.update(fields)
+    cls, fields = _array_fields(shape, _F32 if dtype is np.float32 else np.dtype(dtype))
     nbytes = fields["nbytes"]
+    if _SOURCES or _POISON[0] or not nbytes:
+        return _sourced(cls, fields, nbytes)
+    return _new_array(cls, fields, allocator()(nbytes), None)
+
+
+def _sourced(cls: type, fields: dict[str, Any], nbytes: int) -> Any:
+    """``empty`` off the common path: memory from ``memory_from``'s source, none for no
+    elements, NaN-filled inside ``poisoned_outputs``."""
     if not nbytes:
-        arr.gpudata, arr.base = None, None
+        arr = _new_array(cls, fields, None, None)
     elif _SOURCES:
-        arr.gpudata, arr.base = _SOURCES[-1].allocate(nbytes)
+        arr = _new_array(cls, fields, *_SOURCES[-1].allocate(nbytes))
     else:
-        arr.gpudata, arr.base = allocator()(nbytes), None
+        arr = _new_array(cls, fields, allocator()(nbytes), None)
     if _POISON[0]:
         arr.fill(np.float32(np.nan))
     return arr

@@ -76,6 +76,8 @@ class Op:
         self._resolved: dict[tuple, dict[str, Any]] = {}
         self._kernels: dict[tuple, Kernel] = {}
         self._plans: dict[tuple, Launch] = {}
+        #: the input signatures ``Inputs.adapt`` has checked for this op, with their dims
+        self._checked: dict[tuple, dict[str, int]] = {}
         #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
         self.chosen: dict[str, dict[str, Any]] = {}
 
@@ -150,9 +152,8 @@ class HorizonOp(Op):
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({"N_HORIZONS": n_horizons, "HIDDEN_DIM": hidden_dim}, launch)
         self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
-
-    def _dims(self) -> dict[str, int]:
-        return {"H": self.n_horizons, "D": self.hidden_dim}
+        #: the axes the template binds, as ``Inputs.adapt`` takes them
+        self.bound = {"H": n_horizons, "D": hidden_dim}
 
 
 def _modules_used(module: ModuleType) -> list[ModuleType]:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, empty
+from ..core.arrays import Inputs, empty
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -21,9 +21,10 @@ SPACE = KernelSpace(
 
 
 @functools.lru_cache(maxsize=None)
-def _axes(rank: int) -> tuple[str, ...]:
+def _inputs(rank: int) -> Inputs:
     """Any shape, the same for all four arrays: axes N0, N1, ... bound by param."""
-    return tuple(f"N{i}" for i in range(rank))
+    axes = tuple(f"N{i}" for i in range(rank))
+    return Inputs(param=axes, grad=axes, m=axes, v=axes)
 
 
 class Adam(Op):
@@ -45,12 +46,8 @@ class Adam(Op):
         if not isinstance(t, (int, np.integer)) or t < 1:
             raise ValueError(f"t: expected the step number, an int >= 1, got {t!r}")
         shape = getattr(param, "shape", None)
-        axes = _axes(len(np.shape(param) if shape is None else shape))
-        dims: dict[str, int] = {}
-        param_d = as_device(param, "param", axes, dims)
-        grad_d = as_device(grad, "grad", axes, dims)
-        m_d = as_device(m, "m", axes, dims)
-        v_d = as_device(v, "v", axes, dims)
+        inputs = _inputs(len(np.shape(param) if shape is None else shape))
+        (param_d, grad_d, m_d, v_d), _ = inputs.adapt(self._checked, {}, param, grad, m, v)
         if inplace:
             if not all(hasattr(x, "gpudata") or hasattr(x, "__cuda_array_interface__")
                        for x in (param, m, v)):

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..core import deferred
-from ..core.arrays import as_device, check_aligned, empty
+from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -39,6 +39,9 @@ SPACE = KernelSpace(
 )
 
 
+INPUTS = Inputs(logits=("B", "H", "A"), labels=(("B", "H"), np.int32))
+
+
 class FrdSoftmaxCE(Op):
     """grad_logits, ce = frd.softmax_ce_grad(logits, labels)."""
 
@@ -49,6 +52,7 @@ class FrdSoftmaxCE(Op):
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({"N_HORIZONS": n_horizons, "N_ATOMS": n_atoms}, launch)
         self.n_horizons, self.n_atoms = n_horizons, n_atoms
+        self._bound = {"H": n_horizons, "A": n_atoms}
 
     def softmax_ce_grad(self, logits: Any, labels: Any, *, check_labels: bool = True,
                         stream: Any = None) -> tuple[Any, Any]:
@@ -62,12 +66,10 @@ class FrdSoftmaxCE(Op):
         """
         if deferred.pending():
             deferred.poll()
-        dims = {"H": self.n_horizons, "A": self.n_atoms}
-        logits = as_device(logits, "logits", ("B", "H", "A"), dims)
         host_labels = labels if isinstance(labels, np.ndarray) else None
+        (logits, labels), dims = INPUTS.adapt(self._checked, self._bound, logits, labels)
         if host_labels is not None:
             self._check_labels(host_labels)
-        labels = as_device(labels, "labels", ("B", "H"), dims, dtype=np.int32)
         b = dims["B"]
         rows = b * self.n_horizons
         plan = self.plan("softmax_ce_grad", {"B": b}, lambda p: self._geometry(p, b))

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty
+from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
@@ -75,6 +75,12 @@ BACKWARD_SPACE = KernelSpace(
 
 _NULL = np.intp(0)  # grad_attn, ctx or the ds scratch absent
 
+FORWARD_INPUTS = Inputs(ln=("B", "K", "D"), q_h=("H", "D"))
+# grad_attn and ctx are optional (None)
+BACKWARD_INPUTS = Inputs(ln=("B", "K", "D"), q_h=("H", "D"), attn=("B", "H", "K"),
+                         grad_ctx=("B", "H", "D"), grad_attn=("B", "H", "K"),
+                         ctx=("B", "H", "D"))
+
 
 def _check_keys(k: int) -> None:
     if k > MAX_K:
@@ -107,9 +113,7 @@ class PerHorizonAttentionPool(HorizonOp):
 
     def forward(self, q_h: Any, ln: Any, *, stream: Any = None) -> tuple[Any, Any]:
         """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``)."""
-        dims = self._dims()
-        ln = as_device(ln, "ln", ("B", "K", "D"), dims)
-        q_h = as_device(q_h, "q_h", ("H", "D"), dims)
+        (ln, q_h), dims = FORWARD_INPUTS.adapt(self._checked, self.bound, ln, q_h)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
         plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
@@ -125,15 +129,8 @@ class PerHorizonAttentionPool(HorizonOp):
         """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero). Given
         the forward's ctx[B, H, D], the softmax correction comes from grad_ctx . ctx and ln
         is read once fewer."""
-        dims = self._dims()
-        ln = as_device(ln, "ln", ("B", "K", "D"), dims)
-        q_h = as_device(q_h, "q_h", ("H", "D"), dims)
-        attn = as_device(attn, "attn", ("B", "H", "K"), dims)
-        grad_ctx = as_device(grad_ctx, "grad_ctx", ("B", "H", "D"), dims)
-        if grad_attn is not None:
-            grad_attn = as_device(grad_attn, "grad_attn", ("B", "H", "K"), dims)
-        if ctx is not None:
-            ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
+        (ln, q_h, attn, grad_ctx, grad_attn, ctx), dims = BACKWARD_INPUTS.adapt(
+            self._checked, self.bound, ln, q_h, attn, grad_ctx, grad_attn, ctx)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
         plan = self.plan("backward", {"B": b, "K": k}, lambda p: (

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty, output_buffer, wrap
+from ..core.arrays import Inputs, check_aligned, empty, output_buffer, wrap
 from ..core.op import HorizonOp
 from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor, uniform2
@@ -27,6 +27,11 @@ BACKWARD_SPACE = KernelSpace(
     restrictions=("HIDDEN_DIM % VEC == 0", "UNROLL <= ROWS"),
 )
 
+FORWARD_INPUTS = Inputs(ctx=("B", "H", "D"), w_res=("H", "D"), bias_res=("H",),
+                        head=("B", "H"), alpha=("H",))
+BACKWARD_INPUTS = Inputs(ctx=("B", "H", "D"), w_res=("H", "D"), alpha=("H",),
+                         residual=("B", "H"), grad_out=("B", "H"))
+
 
 class ResidualGate(HorizonOp):
     """out, residual = rg.forward(ctx, w_res, bias_res, head, alpha);
@@ -44,12 +49,8 @@ class ResidualGate(HorizonOp):
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, head: Any, alpha: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
         """out[B, H] and residual[B, H] (for the backward) as GPUArrays."""
-        dims = self._dims()
-        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
-        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
-        bias_res = as_device(bias_res, "bias_res", ("H",), dims)
-        head = as_device(head, "head", ("B", "H"), dims)
-        alpha = as_device(alpha, "alpha", ("H",), dims)
+        (ctx, w_res, bias_res, head, alpha), dims = FORWARD_INPUTS.adapt(
+            self._checked, self.bound, ctx, w_res, bias_res, head, alpha)
         b = dims["B"]
         plan = self.plan("forward", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
@@ -70,12 +71,8 @@ class ResidualGate(HorizonOp):
         the gradient is added to what ``out`` holds (the pool backward's grad_ctx input).
         grad_w_res, grad_bias_res and grad_alpha are views of one device row.
         """
-        dims = self._dims()
-        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
-        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
-        alpha = as_device(alpha, "alpha", ("H",), dims)
-        residual = as_device(residual, "residual", ("B", "H"), dims)
-        grad_out = as_device(grad_out, "grad_out", ("B", "H"), dims)
+        (ctx, w_res, alpha, residual, grad_out), dims = BACKWARD_INPUTS.adapt(
+            self._checked, self.bound, ctx, w_res, alpha, residual, grad_out)
         b, h, d = dims["B"], dims["H"], dims["D"]
         out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
         plan = self.plan("backward", {"B": b}, lambda p: (

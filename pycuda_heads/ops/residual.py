@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, check_aligned, empty, output_buffer
+from ..core.arrays import Inputs, check_aligned, empty, output_buffer
 from ..core.op import HorizonOp
 from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor
@@ -22,6 +22,9 @@ BACKWARD_SPACE = KernelSpace(
     restrictions=("HIDDEN_DIM % VEC == 0",),
 )
 
+FORWARD_INPUTS = Inputs(ctx=("B", "H", "D"), w_res=("H", "D"), bias_res=("H",))
+BACKWARD_INPUTS = Inputs(ctx=("B", "H", "D"), w_res=("H", "D"), grad_residual=("B", "H"))
+
 
 class PerHorizonResidual(HorizonOp):
     """residual = proj.forward(ctx, w_res, bias_res);
@@ -32,10 +35,8 @@ class PerHorizonResidual(HorizonOp):
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, *, stream: Any = None) -> Any:
         """residual[B, H] as a GPUArray."""
-        dims = self._dims()
-        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
-        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
-        bias_res = as_device(bias_res, "bias_res", ("H",), dims)
+        (ctx, w_res, bias_res), dims = FORWARD_INPUTS.adapt(self._checked, self.bound, ctx,
+                                                             w_res, bias_res)
         b = dims["B"]
         plan = self.plan("forward", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
@@ -53,10 +54,8 @@ class PerHorizonResidual(HorizonOp):
         gradient is added to what ``out`` holds, so the pool backward's grad_ctx input collects
         both consumers' gradients with no extra buffer or pass.
         """
-        dims = self._dims()
-        ctx = as_device(ctx, "ctx", ("B", "H", "D"), dims)
-        w_res = as_device(w_res, "w_res", ("H", "D"), dims)
-        grad_residual = as_device(grad_residual, "grad_residual", ("B", "H"), dims)
+        (ctx, w_res, grad_residual), dims = BACKWARD_INPUTS.adapt(
+            self._checked, self.bound, ctx, w_res, grad_residual)
         b, h, d = dims["B"], dims["H"], dims["D"]
         out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
         plan = self.plan("backward", {"B": b}, lambda p: (

@@ -1,0 +1,201 @@
+"""CPU: the host-side shortcuts of an op call (input checks remembered per signature, outputs
+built from cached attributes) with PyCUDA faked: launches are recorded, allocations are
+addresses from a counter. A remembered call must launch exactly what a first call launches,
+and an array of another shape, dtype or layout must still raise the error it always did."""
+import itertools
+import struct
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import pycuda_heads as ph
+from pycuda_heads.core import arrays, compile as core_compile, deferred, device
+from pycuda_heads.core.arrays import Inputs
+from pycuda_heads.core.compile import recorded_launches
+
+H, D = 5, 128
+
+
+class FakeGPUArray:
+    """The attributes PyCUDA's GPUArray sets that the library reads."""
+
+    def __init__(self, shape, dtype, allocator=None, base=None, gpudata=None, strides=None):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
+        self.strides = strides or arrays._c_strides(self.shape, self.dtype.itemsize)
+        self.allocator, self.base, self.gpudata = allocator, base, gpudata
+
+    def fill(self, value):
+        self.filled = value
+
+
+class FakeFunction:
+    def prepare(self, types):
+        self.arg_format = "".join(types)
+
+    def _launch_kernel(self, grid, block, args, shared, stream):
+        pass
+
+    def set_attribute(self, *args):
+        pass
+
+
+class FakeModule:
+    def get_function(self, name):
+        return FakeFunction()
+
+
+class Counter:
+    """The pool: consecutive addresses, restartable so two calls can get the same ones."""
+
+    def __init__(self):
+        self.restart()
+
+    def restart(self):
+        self._next = itertools.count(1 << 20, 4096)
+
+    def __call__(self, nbytes):
+        return next(self._next)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """PyCUDA replaced for the library's core; returns the allocation counter."""
+    gpuarray = types.SimpleNamespace(GPUArray=FakeGPUArray,
+                                     to_gpu=lambda a, allocator: FakeGPUArray(
+                                         a.shape, a.dtype, gpudata=allocator(a.nbytes)))
+    drv = types.SimpleNamespace(Error=RuntimeError, Context=types.SimpleNamespace(
+        synchronize=lambda: None))
+    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
+    monkeypatch.setitem(sys.modules, "pycuda.gpuarray", gpuarray)
+    monkeypatch.setitem(sys.modules, "pycuda._pvt_struct", types.SimpleNamespace(pack=struct.pack))
+    counter = Counter()
+    for module in (device, arrays, core_compile, deferred):
+        monkeypatch.setattr(module, "cuda", lambda: drv)
+    monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
+    monkeypatch.setattr(device, "max_shared_bytes", lambda: 232448)
+    monkeypatch.setattr(arrays, "allocator", lambda: counter)
+    monkeypatch.setattr(core_compile, "_module", lambda source: FakeModule())
+    monkeypatch.setattr(core_compile, "_KERNELS", {})
+    monkeypatch.setenv("PYCUDA_HEADS_SYNC", "0")
+    caches = (arrays._gpuarray, arrays._array_fields)
+    for cache in caches:
+        cache.cache_clear()
+    yield counter
+    for cache in caches:  # nothing fake may outlive the test
+        cache.cache_clear()
+
+
+def gpu(*shape, dtype=np.float32):
+    return FakeGPUArray(shape, dtype, gpudata=1 << 30)
+
+
+def resgate_inputs(b):
+    return gpu(b, H, D), gpu(H, D), gpu(H), gpu(b, H), gpu(H)
+
+
+def launches(counter, call):
+    counter.restart()
+    with recorded_launches() as made:
+        call()
+    return [(k.name, grid, block, args, shared, stream)
+            for k, grid, block, args, shared, stream in made]
+
+
+@pytest.mark.parametrize("name, make, args", [
+    ("resgate.forward", lambda: ph.ResidualGate(H, D), lambda: resgate_inputs(3)),
+    ("resgate.backward", lambda: ph.ResidualGate(H, D),
+     lambda: (gpu(3, H, D), gpu(H, D), gpu(H), gpu(3, H), gpu(3, H))),
+    ("residual.backward", lambda: ph.PerHorizonResidual(H, D),
+     lambda: (gpu(3, H, D), gpu(H, D), gpu(3, H))),
+    ("pool.backward", lambda: ph.PerHorizonAttentionPool(H, D),
+     lambda: (gpu(H, D), gpu(2, 8, D), gpu(2, H, 8), gpu(2, H, D))),
+    ("adam.step", lambda: ph.Adam(), lambda: (gpu(7, 3),) * 4 + (2,)),
+    ("frd.softmax_ce_grad", lambda: ph.FrdSoftmaxCE(H, 21),
+     lambda: (gpu(4, H, 21), gpu(4, H, dtype=np.int32))),
+])
+def test_a_remembered_call_launches_what_the_first_call_launched(fake_gpu, name, make, args):
+    method = name.split(".")[1]
+    kwargs = {"check_labels": False} if name.startswith("frd") else {}
+    op = make()
+    first = launches(fake_gpu, lambda: getattr(op, method)(*args(), **kwargs))
+    assert op._checked  # the signature is remembered
+    again = launches(fake_gpu, lambda: getattr(op, method)(*args(), **kwargs))
+    fresh = launches(fake_gpu, lambda: getattr(make(), method)(*args(), **kwargs))
+    assert first and again == first == fresh
+    assert op.chosen and set(op.chosen) <= set(op.SPACES)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (lambda: (gpu(3, H, D // 2),) + resgate_inputs(3)[1:], ValueError,
+     r"ctx: expected shape \(B, H, D\) = \(3, 5, 128\), got \(3, 5, 64\)"),
+    (lambda: (gpu(3, H, D, dtype=np.float64),) + resgate_inputs(3)[1:], TypeError,
+     r"ctx: expected dtype float32, got float64"),
+    (lambda: (FakeGPUArray((3, H, D), np.float32, gpudata=1, strides=(4, 12, 60)),)
+     + resgate_inputs(3)[1:], ValueError, r"ctx: expected a C-contiguous array"),
+    (lambda: resgate_inputs(3)[:3] + (gpu(4, H),) + resgate_inputs(3)[4:], ValueError,
+     r"head: expected shape \(B, H\) = \(3, 5\), got \(4, 5\)"),
+    (lambda: resgate_inputs(3)[:4] + (gpu(H + 1),), ValueError,
+     r"alpha: expected shape \(H\) = \(5,\), got \(6,\)"),
+])
+def test_after_a_remembered_call_another_signature_still_raises_its_error(fake_gpu, bad, error,
+                                                                       message):
+    rg = ph.ResidualGate(H, D)
+    rg.forward(*resgate_inputs(3))
+    rg.forward(*resgate_inputs(3))
+    with recorded_launches() as made, pytest.raises(error, match=message):
+        rg.forward(*bad())
+    assert not made
+
+
+def test_a_signature_one_op_checked_is_checked_again_by_an_op_of_another_template(fake_gpu):
+    ph.ResidualGate(H, D).forward(*resgate_inputs(3))
+    with pytest.raises(ValueError, match=r"ctx: expected shape \(B, H, D\)"):
+        ph.ResidualGate(H - 1, D).forward(*resgate_inputs(3))
+
+
+def test_numpy_and_cuda_array_inputs_are_adapted_on_every_call(fake_gpu):
+    inputs = Inputs(x=("B", "D"), labels=(("B",), np.int32))
+    memo = {}
+    host = np.zeros((2, D), np.float32)
+    for _ in range(2):
+        (x, labels), dims = inputs.adapt(memo, {"D": D}, host, gpu(2, dtype=np.int32))
+        assert type(x) is FakeGPUArray and x.shape == (2, D) and dims == {"D": D, "B": 2}
+    assert not memo
+    with pytest.raises(TypeError, match=r"labels: expected dtype int32, got float32"):
+        inputs.adapt(memo, {"D": D}, gpu(2, D), gpu(2))
+
+
+def test_optional_inputs_are_part_of_the_signature(fake_gpu):
+    inputs = Inputs(x=("B", "D"), extra=("B", "D"))
+    memo = {}
+    inputs.adapt(memo, {}, gpu(2, D), None)
+    with pytest.raises(ValueError, match=r"extra: expected shape \(B, D\) = \(2, 128\)"):
+        inputs.adapt(memo, {}, gpu(2, D), gpu(3, D))
+    (_, extra), dims = inputs.adapt(memo, {}, gpu(2, D), None)
+    assert extra is None and dims == {"B": 2, "D": D}
+    dims["B"] = 99  # the caller's copy: the remembered dims are not changed by it
+    assert inputs.adapt(memo, {}, gpu(2, D), None)[1]["B"] == 2
+
+
+def test_outputs_are_fresh_arrays_from_the_current_memory_source(fake_gpu):
+    a, b = arrays.empty((3, H)), arrays.empty((3, H))
+    assert a.shape == (3, H) and a.nbytes == 60 and a.base is None
+    assert a.gpudata != b.gpudata and a.__dict__ is not b.__dict__
+
+    class Source:
+        def allocate(self, nbytes):
+            return 4096, self
+
+    source = Source()
+    with arrays.memory_from(source):
+        c = arrays.empty((2, 2))
+    assert (c.gpudata, c.base) == (4096, source)
+    with arrays.poisoned_outputs():
+        assert np.isnan(arrays.empty((1,)).filled)
+    assert arrays.empty((0, 3)).gpudata is None
+    view = arrays.wrap((H,), np.dtype(np.float32), 1234, a)
+    assert (view.shape, view.gpudata, view.base, view.strides) == ((H,), 1234, a, (4,))
