@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import as_device, empty, wrap
+from ..core.arrays import Inputs, empty, wrap
 from ..core.op import Op
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor
@@ -88,6 +88,12 @@ GRAD_W1_SPACE = KernelSpace(
     launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
 
 
+FORWARD_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"),
+                        b2=("H", "A"))
+GRAD_W2_INPUTS = Inputs(hidden=("B", "F"), w2=("H", "A", "F"), grad_logits=("B", "H", "A"))
+GRAD_W1_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), hidden=("B", "F"), dhidden=("B", "F"))
+
+
 class FrdHead(Op):
     """hidden, logits = head.forward(h_t, w1, b1, w2, b2);
     grad_w2, grad_b2, dhidden = head.grad_w2(hidden, w2, grad_logits);
@@ -105,19 +111,13 @@ class FrdHead(Op):
         super().__init__({"D_IN": d_in, "HIDDEN": hidden, "N_HORIZONS": n_horizons,
                           "N_ATOMS": n_atoms}, launch)
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
-
-    def _dims(self) -> dict[str, int]:
-        return {"I": self.d_in, "F": self.hidden, "H": self.n_horizons, "A": self.n_atoms}
+        self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
 
     def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
         """hidden[B, F] (kept for the backward) and logits[B, H, A] as GPUArrays."""
-        dims = self._dims()
-        h_t = as_device(h_t, "h_t", ("B", "I"), dims)
-        w1 = as_device(w1, "w1", ("F", "I"), dims)
-        b1 = as_device(b1, "b1", ("F",), dims)
-        w2 = as_device(w2, "w2", ("H", "A", "F"), dims)
-        b2 = as_device(b2, "b2", ("H", "A"), dims)
+        (h_t, w1, b1, w2, b2), dims = FORWARD_INPUTS.adapt(self._checked, self.bound,
+                                                            h_t, w1, b1, w2, b2)
         b = dims["B"]
         plan = self.plan("forward", {"B": b}, lambda p: (
             (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
@@ -130,10 +130,8 @@ class FrdHead(Op):
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:
         """F.3b: grad_w2[H, A, F], grad_b2[H, A] and dhidden[B, F]."""
-        dims = self._dims()
-        hidden = as_device(hidden, "hidden", ("B", "F"), dims)
-        w2 = as_device(w2, "w2", ("H", "A", "F"), dims)
-        grad_logits = as_device(grad_logits, "grad_logits", ("B", "H", "A"), dims)
+        (hidden, w2, grad_logits), dims = GRAD_W2_INPUTS.adapt(self._checked, self.bound,
+                                                               hidden, w2, grad_logits)
         b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
         dhidden = empty((b, f))
         weights = self._weight_grads(
@@ -147,11 +145,8 @@ class FrdHead(Op):
                 stream: Any = None) -> tuple[Any, Any, Any]:
         """F.3c: grad_w1[F, D_in], grad_b1[F] and grad_h_t[B, D_in]; units with hidden == 0
         (pre-activation <= 0) pass no gradient."""
-        dims = self._dims()
-        h_t = as_device(h_t, "h_t", ("B", "I"), dims)
-        w1 = as_device(w1, "w1", ("F", "I"), dims)
-        hidden = as_device(hidden, "hidden", ("B", "F"), dims)
-        dhidden = as_device(dhidden, "dhidden", ("B", "F"), dims)
+        (h_t, w1, hidden, dhidden), dims = GRAD_W1_INPUTS.adapt(self._checked, self.bound,
+                                                                h_t, w1, hidden, dhidden)
         b, f, d = dims["B"], self.hidden, self.d_in
         grad_h_t = empty((b, d))
         weights = self._weight_grads(
