@@ -123,19 +123,20 @@ def study_of(tmp_path, task=None):
 def infeasible_points():
     task = toy_task()
     feas = Feasibility(task, toy_static)
-    return [p for p in all_points(TOY) if feas(p) is not None]
+    return [p for p in all_points(toy_task()) if feas(p) is not None]
 
 
 # --- spaces ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kernel", sorted(catalog().specs))
 def test_catalog_spaces_render_as_categoricals(kernel):
-    space = catalog()[kernel].space
+    spec = catalog()[kernel]
+    space = spec.space
     dists = distributions(space)
     assert {k: list(d.choices) for k, d in dists.items()} == {k: list(v) for k, v in
                                                               space.params.items()}
-    points = all_points(space)
-    assert points[0] == dict(space.default)
+    points = all_points(TuningTask.from_spec(spec, spec.suite[0], "G", "g"))
+    assert points[0] == dict(space.default)  # valid at the suite's first shape
     assert len(points) == math.prod(len(v) for v in space.params.values())
     assert len({point_key(p) for p in points}) == len(points)
 
@@ -219,7 +220,7 @@ def test_kernel_error_is_recorded_not_raised(tmp_path):
     err = by_key(load(tmp_path))[point_key(BEST_VALID)]
     assert err["state"] == "ERROR" and "illegal memory access" in err["reason"]
     assert err["time_us"] is None and out.best.params != BEST_VALID
-    assert len(ev.timed) == len(all_points(TOY)) - len(infeasible_points())  # it carried on
+    assert len(ev.timed) == len(all_points(toy_task())) - len(infeasible_points())  # it carried on
     trial = next(t for t in study_of(tmp_path).trials if t.params == BEST_VALID)
     assert trial.state == optuna.trial.TrialState.PRUNED and trial.constraints["error"] == 1.0
 
@@ -244,7 +245,7 @@ def test_an_error_that_breaks_the_evaluator_is_recorded_and_stops_the_run(tmp_pa
 def test_exhaustive_finds_the_known_optimum_timing_each_point_once(tmp_path):
     ev = Synthetic()
     out = run(tmp_path, ev, mode="exhaustive")
-    feasible = [p for p in all_points(TOY) if p not in infeasible_points()]
+    feasible = [p for p in all_points(toy_task()) if p not in infeasible_points()]
     assert sorted(map(point_key, ev.timed)) == sorted(map(point_key, feasible))
     assert ev.timed[0] == TOY.default  # the baseline first
     valid = [p for p in feasible if p != FASTEST]
@@ -252,7 +253,7 @@ def test_exhaustive_finds_the_known_optimum_timing_each_point_once(tmp_path):
     data = load(tmp_path)
     assert data["default_time_us"] == toy_time(TOY.default)
     assert set(data["importance"]) == set(TOY.params)
-    assert len(study_of(tmp_path).trials) == len(all_points(TOY))
+    assert len(study_of(tmp_path).trials) == len(all_points(toy_task()))
     # re-running is a no-op
     again = Synthetic()
     out2 = run(tmp_path, again, mode="exhaustive")
@@ -450,7 +451,7 @@ def test_export_then_lookup_round_trip(tmp_path, monkeypatch):
     assert table["slug"] == "toy-gpu" and table["gpu"] == "Toy GPU"
     prov = table["provenance"]
     assert {"date", "git_commit", "trials_run", "tuning_wall_s", "validation"} <= set(prov)
-    assert prov["trials_run"] == 2 * len(all_points(TOY))
+    assert prov["trials_run"] == 2 * len(all_points(toy_task()))
     assert prov["validation"]["exported_validated"] == 2
     assert prov["validation"]["configurations_failed"] == 2
     for e in table["entries"]:
@@ -541,7 +542,7 @@ def test_a_schema_created_meanwhile_by_another_worker_is_retried(monkeypatch, tm
 
 
 def test_task_without_validated_configuration_is_not_exported(tmp_path):
-    everything = [p for p in all_points(TOY)]
+    everything = [p for p in all_points(toy_task())]
     run(tmp_path, Synthetic(fail=everything), mode="exhaustive")
     table = build_table(tmp_path, "toy-gpu")
     assert table["entries"] == []

@@ -79,7 +79,7 @@ def test_two_concurrent_workers_share_one_study(tmp_path, mode, storage):
     assert len(set(started)) == len(started)  # no configuration timed twice
     assert len({line.split()[0] for line in log.read_text().splitlines()}) == 2  # both worked
     assert comparisons(log) == 1  # the verdict against the default is reached once
-    points = len(all_points(TOY))
+    points = len(all_points(toy_task()))
     data = check_consistent(tmp_path, 40 if mode == "tpe" else points, url[1] if url else None)
     assert {point_key(e["params"]) for e in data["evaluations"] if e["time_us"] is not None} \
         == set(done)  # every timing in the cache
@@ -113,7 +113,7 @@ def test_concurrent_writers_never_show_a_reader_invalid_json(tmp_path):
 def _put_many(out, start):
     task = toy_task()
     cache = TuningCache.load(task, Path(out))
-    for i, p in enumerate(all_points(TOY)[start::4]):
+    for i, p in enumerate(all_points(toy_task())[start::4]):
         cache.put(Evaluation(p, "COMPLETE", time_us=1.0 + i, p20_us=1.0, p80_us=1.0))
 
 
@@ -127,7 +127,7 @@ def test_concurrent_cache_writers_keep_every_timing(tmp_path):
         w.join()
         assert w.exitcode == 0
     cache = TuningCache.load(toy_task(), path)
-    assert len(cache.evaluations) == len(all_points(TOY))
+    assert len(cache.evaluations) == len(all_points(toy_task()))
 
 
 def test_a_lock_held_too_long_names_the_pid(tmp_path):
@@ -180,7 +180,7 @@ def test_resume_after_sigkill(tmp_path, mode, kill):
         assert not (what == "start" and key in finished), key
         if what == "done":
             finished.add(key)
-    check_consistent(tmp_path, 40 if mode == "tpe" else len(all_points(TOY)))
+    check_consistent(tmp_path, 40 if mode == "tpe" else len(all_points(toy_task())))
 
 
 def _drop_trials(out):

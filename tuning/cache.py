@@ -92,7 +92,7 @@ class TuningCache:
         self.task = task
         self.path = path
         self.importance: dict[str, float] = {}
-        #: the interleaved best-vs-default verdict (``tune.compare_with_default``)
+        #: the interleaved best-vs-baseline verdict (``tune.compare_with_default``)
         self.comparison: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self._evals: dict[str, Evaluation] = {}
@@ -194,14 +194,15 @@ class TuningCache:
         return min(valid, key=lambda e: e.time_us) if valid else None
 
     def default(self) -> Evaluation | None:
-        return self.get(dict(self.task.space.default))
+        """The record of the task's baseline (``TuningTask.baseline``), what runs untuned."""
+        return self.get(self.task.baseline)
 
     def to_json(self) -> dict[str, Any]:
         task, best, default = self.task, self.best(), self.default()
         return {
             "kernel": task.kernel, "template": dict(task.template), "shape": dict(task.shape),
             "gpu": task.gpu, "gpu_slug": task.slug,
-            "default_params": dict(task.space.default),
+            "default_params": dict(task.baseline),
             "default_time_us": default.time_us if default is not None else None,
             "importance": self.importance,
             "evaluations": [e.to_json() for e in self._evals.values()],

@@ -189,8 +189,8 @@ def _run(args: argparse.Namespace, specs: list) -> int:
         return 2
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        tasks = [TuningTask.from_spec(catalog()[k], shape, gpu.name, gpu.slug, template)
-                 for k, shape, template in specs]
+        tasks = [TuningTask.from_spec(catalog()[k], shape, gpu.name, gpu.slug, template,
+                                      gpu.max_shared_bytes) for k, shape, template in specs]
     except (KeyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -198,8 +198,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
         outcomes = run_sweep(
             tasks,
             evaluator_for=lambda t: GpuEvaluator(t, reps=args.reps, warmup=args.warmup),
-            feasibility_for=lambda t: Feasibility(t, spec_static(t, gpu.arch),
-                                                  gpu.max_shared_bytes),
+            feasibility_for=lambda t: Feasibility(t, spec_static(t, gpu.arch)),
             out=args.out, mode=args.mode, trials=args.trials,
             seed=args.seed if args.worker_seed is None else args.worker_seed,
             storage=args.storage, budget=Budget(args.time_budget),

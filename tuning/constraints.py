@@ -8,7 +8,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
+from pycuda_heads.core.space import Point
 from pycuda_heads.records import dims_label
 
 from .spaces import TuningTask, point_key
@@ -21,11 +21,10 @@ StaticCheck = Callable[[Point], str | None]
 class Feasibility:
     """``feasibility(point)`` -> None when the point may be timed, else the reason it may not."""
 
-    def __init__(self, task: TuningTask, static: StaticCheck | None = None,
-                 max_shared_bytes: int = SM90_MAX_SHARED_BYTES):
+    def __init__(self, task: TuningTask, static: StaticCheck | None = None):
         self.task = task
         self._static = static
-        self._env = {**task.shape, "MAX_SHARED_BYTES": max_shared_bytes}
+        self._env = task.launch_env
         self._memo: dict[str, str | None] = {}
 
     def restriction(self, point: Point) -> str | None:

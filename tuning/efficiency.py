@@ -65,7 +65,7 @@ def efficiency_of(data: dict[str, Any], seeds: Sequence[int], within: float = 0.
                                 data["gpu_slug"], data["template"])
     recorded = TuningCache(task)
     recorded.fill(data)
-    points = all_points(task.space)
+    points = all_points(task)
     replay = Replay(recorded.evaluations)
     best = recorded.best()
     if best is None or not replay.covers(points):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 
 from pycuda_heads.core.op import op_source_hash
-from pycuda_heads.core.space import KernelSpace, Point
+from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, KernelSpace, Point
 from pycuda_heads.core.spec import KernelSpec
 from pycuda_heads.records import dims_label
 
@@ -27,13 +28,14 @@ def suggest(trial: optuna.Trial, space: KernelSpace) -> Point:
             for knob, values in space.params.items()}
 
 
-def all_points(space: KernelSpace) -> list[Point]:
-    """Every combination of knob values, the default first (it is the baseline every table
-    entry is compared with), the rest in a fixed order; restrictions are not applied."""
+def all_points(task: "TuningTask") -> list[Point]:
+    """Every combination of the task's knob values, its baseline first (every table entry is
+    compared with it), the rest in a fixed order; restrictions are not applied."""
+    space = task.space
     keys = list(space.params)
-    default = dict(space.default)
+    first = dict(task.baseline)
     rest = [dict(zip(keys, values)) for values in itertools.product(*space.params.values())]
-    return [default] + [p for p in rest if p != default]
+    return [first] + [p for p in rest if p != first]
 
 
 def point_key(point: Mapping[str, Any]) -> str:
@@ -53,15 +55,30 @@ class TuningTask:
     spec: KernelSpec | None = field(default=None, compare=False)
     #: identity of the kernel sources: a change starts a fresh cache and study
     source_hash: str = ""
+    #: the GPU's opt-in shared memory per block, as the op reads it (``device.max_shared_bytes``)
+    max_shared_bytes: int = SM90_MAX_SHARED_BYTES
 
     @classmethod
     def from_spec(cls, spec: KernelSpec, shape: Mapping[str, int], gpu: str, slug: str,
-                  template: Mapping[str, int] | None = None) -> "TuningTask":
+                  template: Mapping[str, int] | None = None,
+                  max_shared_bytes: int = SM90_MAX_SHARED_BYTES) -> "TuningTask":
         from pycuda_heads.catalog import SUITE_TEMPLATE
         return cls(kernel=spec.id, space=spec.space,
                    template=spec.template({**SUITE_TEMPLATE, **(template or {})}),
                    shape={k: int(v) for k, v in shape.items()}, gpu=gpu, slug=slug, spec=spec,
-                   source_hash=op_source_hash(spec.op))
+                   source_hash=op_source_hash(spec.op), max_shared_bytes=max_shared_bytes)
+
+    @property
+    def launch_env(self) -> dict[str, int]:
+        """The shape and device limit the launch restrictions are evaluated at."""
+        return {**self.shape, "MAX_SHARED_BYTES": self.max_shared_bytes}
+
+    @cached_property
+    def baseline(self) -> Point:
+        """The point the op runs here without a tuned entry (``Op._resolve``): the space's
+        default, or the nearest valid point where the default cannot run (a wide template).
+        Every tuned configuration is compared with it."""
+        return self.space.nearest(self.space.default, self.template, self.launch_env)
 
     @property
     def family(self) -> str:

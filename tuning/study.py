@@ -24,14 +24,14 @@ from typing import Any, Callable, ContextManager
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pycuda_heads.core.space import KernelSpace
+from pycuda_heads.core.space import Point
 
 from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .locks import pid_alive
 from .progress import Bar, Budget, Progress
 from .session import Session
-from .spaces import all_points, distributions, point_key, suggest
+from .spaces import TuningTask, all_points, distributions, point_key, suggest
 from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 
 MODES = ("tpe", "exhaustive")
@@ -73,38 +73,47 @@ def sync_history(session: Session, study: optuna.Study) -> None:
     session.cache.save()
 
 
-def remaining(study: optuna.Study, mode: str, trials: int, space: KernelSpace) -> int:
-    """Trials still to run: up to ``trials`` finished (tpe), or the points no finished trial
-    has covered (exhaustive)."""
+def remaining(study: optuna.Study, mode: str, trials: int, task: TuningTask) -> int:
+    """Trials still to run: up to ``trials`` finished, one of them on the task's baseline
+    (tpe), or the points no finished trial has covered (exhaustive)."""
     finished = study.get_trials(deepcopy=False, states=_COUNTED)
     if mode == "tpe":
-        return max(0, trials - len(finished))
+        baseline_done = any(t.params == task.baseline for t in finished)
+        return max(trials - len(finished), 0 if baseline_done else 1)
     seen = {point_key(t.params) for t in finished}
-    return sum(1 for p in all_points(space) if point_key(p) not in seen)
+    return sum(1 for p in all_points(task) if point_key(p) not in seen)
 
 
 def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, budget: Budget,
             progress: Progress, turn: Turn = nullcontext,
             stop: Callable[[], bool] | None = None) -> int:
     """Run the study up to ``trials`` finished trials in all, resuming from what it already
-    holds and sharing it with any other worker. Returns the number of trials run now."""
-    space = session.task.space
+    holds and sharing it with any other worker. Returns the number of trials run now.
+
+    The task's baseline is queued first, and again until a trial has finished on it: every
+    table entry is compared with it (a kill during its trial must not leave it untimed). A
+    study that reached ``trials`` without it (tuned against another baseline) runs one more."""
+    task = session.task
     ran = 0
-    with progress.bar(remaining(study, "tpe", trials, space), session.task.label()) as bar:
+    with progress.bar(remaining(study, "tpe", trials, task), task.label()) as bar:
         while not budget.expired() and not (stop is not None and stop()):
             with turn():
                 fail_stale(study)
-                counts = _counts(study)
-                if counts[0] >= trials:
+                finished, running = _counts(study)
+                baseline = _states_on(study, task.baseline)
+                if finished >= trials and baseline & set(_COUNTED):
                     break
                 trial = None
-                if sum(counts) < trials:  # else the last trials are another worker's
-                    _queue_default(study, space)
+                # a free trial, or the baseline's when no finished or running trial is on it
+                # (else the last trials are another worker's: wait for them)
+                if finished + running < trials or not baseline - {TrialState.WAITING}:
+                    if not baseline:  # once: fail_stale may have queued it again
+                        study.enqueue_trial(task.baseline)
                     with warnings.catch_warnings():  # we beat by hand: ask/tell, not optimize
                         warnings.filterwarnings("ignore", message="Heartbeat of storage")
                         trial = study.ask()
                     claim(study, trial)
-                    params = suggest(trial, space)
+                    params = suggest(trial, task.space)
             if trial is None:
                 time.sleep(POLL_S)
                 continue
@@ -124,13 +133,11 @@ def _counts(study: optuna.Study) -> tuple[int, int]:
     return sum(s in _COUNTED for s in states), states.count(TrialState.RUNNING)
 
 
-def _queue_default(study: optuna.Study, space: KernelSpace) -> None:
-    """The default first, and again until a trial has finished on it: every table entry is
-    compared with it (a kill during its trial must not leave it untimed)."""
-    default = dict(space.default)
-    if not any(t.params == default for t in study.get_trials(deepcopy=False)
-               if t.state != TrialState.FAIL):
-        study.enqueue_trial(default)
+def _states_on(study: optuna.Study, point: Point) -> set[TrialState]:
+    """The states of the trials on ``point`` that are not FAIL, a queued (WAITING) one included:
+    it holds its point only as the ``fixed_params`` Optuna pops at the next ask."""
+    return {t.state for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL
+            and (t.params or t.system_attrs.get("fixed_params")) == point}
 
 
 def _run_trial(session: Session, study: optuna.Study, trial: optuna.Trial,
@@ -171,7 +178,7 @@ def record_exhaustive(session: Session, study: optuna.Study, seed: int,
     with turn():
         covered = {point_key(t.params)
                    for t in study.get_trials(deepcopy=False, states=_COUNTED)}
-        points = [p for p in all_points(session.task.space) if point_key(p) not in covered]
+        points = [p for p in all_points(session.task) if point_key(p) not in covered]
         study.add_trials([optuna.trial.create_trial(
             params=p, distributions=dists, **outcome(session.cache.get(p), "exhaustive", seed))
             for p in points])
@@ -181,11 +188,11 @@ def record_exhaustive(session: Session, study: optuna.Study, seed: int,
 
 def prefill(session: Session, study: optuna.Study, budget: Budget, progress: Progress,
             turn: Turn = nullcontext) -> bool:
-    """Evaluate every point not in the cache yet (the default first), sharing the work with
+    """Evaluate every point not in the cache yet (the baseline first), sharing the work with
     any other worker through claims on the points; False when the budget ran out first (what
     was timed is kept in the cache; validation waits for the next run)."""
     cache = session.cache
-    points = all_points(session.task.space)
+    points = all_points(session.task)
     with progress.bar(sum(cache.get(p) is None for p in points),
                       f"{session.task.label()} timing", unit="config") as bar:
         while pending := [p for p in points if cache.get(p) is None]:

@@ -118,5 +118,5 @@ def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path
 def _untimed(task: TuningTask, feas: Feasibility, out: Path) -> list[Point]:
     """Points of ``task`` that pass its restrictions and have no cached result yet."""
     cache = TuningCache.load(task, cache_path(tuning_dir(out, task.slug), task))
-    return [p for p in all_points(task.space)
+    return [p for p in all_points(task)
             if cache.get(p) is None and feas.restriction(p) is None]

@@ -61,7 +61,7 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
         else:
             ran = run_tpe(session, study, seed=seed, trials=trials, budget=budget,
                           progress=progress, turn=turn)
-        stopped = remaining(study, mode, trials, task.space) > 0
+        stopped = remaining(study, mode, trials, task) > 0
         if ran or session.timed or not cache.importance:  # a resumed finished task: as it was
             cache.importance = importance(task, cache.evaluations)
     if stopped:

@@ -1,0 +1,154 @@
+"""CPU: the tuner's baseline is the point the op runs without a tuned entry, the space's
+default or, where it cannot run (a wide template, a small shared memory), its nearest valid
+point. It is timed, every tuned configuration is compared with it, and a verdict reached
+against another point is reached again."""
+import json
+
+import pytest
+
+optuna = pytest.importorskip(
+    "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
+from pycuda_heads.tuning.export import build_table
+from pycuda_heads.tuning.spaces import TuningTask, all_points, suggest
+from pycuda_heads.tuning.storage import cache_path, open_storage, tuning_dir
+from pycuda_heads.tuning.tune import tune
+from test_tuning import (
+    TOY,
+    Comparing,
+    Feasibility,
+    Synthetic,
+    load,
+    run,
+    study_of,
+    toy_task,
+)
+
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core import op as op_module
+from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES
+from pycuda_heads.ops.pool import PerHorizonAttentionPool
+
+COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+WIDE = {"N_HORIZONS": 2, "HIDDEN_DIM": 1024}  # LAYOUT 0's register rows do not fit
+WIDE_SHAPE = {"B": 256, "K": 64}
+NEAREST = {"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 1}
+FAST = {"BLOCK": 64, "VEC": 4, "UNROLL": 1, "LAYOUT": 1}
+
+
+def wide_task(**kw):
+    return TuningTask.from_spec(catalog()["pool.backward"], WIDE_SHAPE, "Toy GPU", "toy-gpu",
+                                WIDE, **kw)
+
+
+def nearest_fastest(p):
+    """The baseline fastest (10 us); every other point slower by its knobs that differ."""
+    return 10.0 + sum(p[k] != NEAREST[k] for k in p)
+
+
+def fast_elsewhere(p):
+    return 5.0 if p == FAST else nearest_fastest(p)
+
+
+def op_choice(template, shape, max_shared, monkeypatch):
+    """The launch parameters the pool op picks for its backward without a tuned entry (no GPU:
+    the op's state as its constructor leaves it)."""
+    monkeypatch.setattr(op_module, "lookup", lambda *a: (None, "default (no tuned table)"))
+    inst = object.__new__(PerHorizonAttentionPool)
+    inst.template, inst._user, inst._resolved, inst.chosen = dict(template), {}, {}, {}
+    inst._slug, inst._max_shared = "toy-gpu", max_shared
+    return inst.launch_params("backward", shape)
+
+
+@pytest.mark.parametrize("template,shape,max_shared", [
+    (WIDE, WIDE_SHAPE, SM90_MAX_SHARED_BYTES),  # restrictions rule the default out
+    ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 64, "K": 4096}, 48 * 1024),  # shared memory
+    ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 64, "K": 4096}, SM90_MAX_SHARED_BYTES),
+])
+def test_the_baseline_is_the_point_the_op_runs_untuned(template, shape, max_shared,
+                                                       monkeypatch):
+    spec = catalog()["pool.backward"]
+    space = spec.space
+    task = TuningTask.from_spec(spec, shape, "G", "g", template, max_shared_bytes=max_shared)
+    env = {**shape, "MAX_SHARED_BYTES": max_shared}
+    assert task.baseline == space.nearest(space.default, task.template, env) == \
+        op_choice(task.template, shape, max_shared, monkeypatch)
+    assert all_points(task)[0] == task.baseline
+    valid = space.violated(space.default, task.template, env) is None
+    assert (task.baseline == dict(space.default)) is valid
+    # the tuner's feasibility judges at the same limit: the baseline may be timed
+    assert Feasibility(task)(task.baseline) is None
+
+
+def test_wide_template_baseline_is_the_nearest_valid_point():
+    task = wide_task()
+    assert dict(task.space.default) != task.baseline == NEAREST
+    assert Feasibility(task)(dict(task.space.default)) is not None  # the literal default
+
+
+@pytest.mark.parametrize("mode", ["tpe", "exhaustive"])
+def test_the_tuner_times_and_compares_with_the_baseline(tmp_path, mode):
+    task = wide_task()
+    ev = Comparing(fail=(), time_fn=fast_elsewhere)
+    out = tune(task, ev, Feasibility(task), out=tmp_path, mode=mode, trials=8, seed=0)
+    assert ev.timed[0] == NEAREST  # queued (tpe) or timed (exhaustive) first
+    if mode == "tpe":
+        assert study_of(tmp_path, task).trials[0].params == NEAREST
+    assert out.default.params == NEAREST and out.default.time_us == 10.0
+    data = load(tmp_path, task)
+    assert data["default_params"] == NEAREST and data["default_time_us"] == 10.0
+    if out.best.params == FAST:  # tpe may not sample it in 8 trials
+        assert ev.compared == [(FAST, NEAREST)]
+        assert data["comparison"]["params"] == FAST and data["comparison"]["speedup"] > 1.9
+    [entry] = build_table(tmp_path, "toy-gpu", suite=lambda kernel: None)["entries"]
+    assert entry["default_time_us"] == 10.0
+    assert entry["params"] == (NEAREST if entry["kept_default"] else FAST)
+
+
+def test_a_study_finished_against_another_default_times_the_baseline_and_decides_again(
+        tmp_path, monkeypatch):
+    """The H200 sweep's wide pool tasks: the old tuner compared with the literal default,
+    which cannot run, so any validated configuration shipped, slower than what runs untuned."""
+    with monkeypatch.context() as m:  # the tuner before the baseline was the nearest point
+        m.setattr(TuningTask, "baseline", property(lambda self: dict(self.space.default)))
+        tune(wide_task(), Comparing(fail=(), time_fn=nearest_fastest), Feasibility(wide_task()),
+             out=tmp_path, mode="tpe", trials=6, seed=0)
+    task = wide_task()
+    path = cache_path(tuning_dir(tmp_path, "toy-gpu"), task)
+    old = json.loads(path.read_text())
+    assert old["default_time_us"] is None and "INFEASIBLE" in old["comparison"]["note"]
+    assert NEAREST not in [t.params for t in study_of(tmp_path, task).trials]
+    [shipped] = build_table(tmp_path, "toy-gpu", suite=lambda kernel: None)["entries"]
+    assert not shipped["kept_default"] and shipped["time_us"] > 10.0  # slower than untuned
+
+    ev = Comparing(fail=(), time_fn=nearest_fastest)
+    out = tune(task, ev, Feasibility(task), out=tmp_path, mode="tpe", trials=6, seed=0)
+    assert out.trials == 1 and ev.timed == [NEAREST] and NEAREST in ev.validated
+    finished = [t for t in study_of(tmp_path, task).trials if t.state in COUNTED]
+    assert len(finished) == 7 and finished[-1].params == NEAREST
+    data = load(tmp_path, task)
+    assert data["default_params"] == NEAREST and data["default_time_us"] == 10.0
+    assert data["comparison"]["params"] == NEAREST
+    [entry] = build_table(tmp_path, "toy-gpu", suite=lambda kernel: None)["entries"]
+    assert entry["kept_default"] and entry["params"] == NEAREST
+    assert entry["time_us"] == entry["default_time_us"] == 10.0
+    assert entry["why"] == "the default is the best"
+    # done: a further run times nothing and runs no trial
+    again = Comparing(fail=(), time_fn=nearest_fastest)
+    out = tune(task, again, Feasibility(task), out=tmp_path, mode="tpe", trials=6, seed=0)
+    assert out.trials == 0 and again.timed == [] and again.compared == []
+
+
+def test_a_baseline_queued_again_by_fail_stale_is_not_queued_twice(tmp_path):
+    """A worker died while timing the baseline: its trial is failed and the baseline queued
+    again, once."""
+    task = toy_task()
+    study = optuna.create_study(study_name=task.study_name, direction="minimize",
+                                storage=open_storage(None, tuning_dir(tmp_path, task.slug)))
+    study.enqueue_trial(task.baseline)
+    suggest(study.ask(), task.space)  # RUNNING, never claimed: its worker is gone
+    run(tmp_path, Synthetic(), mode="tpe", trials=5)
+    trials = study_of(tmp_path).trials
+    on_baseline = [t for t in trials if t.params == task.baseline
+                   and t.state != optuna.trial.TrialState.FAIL]
+    assert len(on_baseline) == 1 and trials[0].state == optuna.trial.TrialState.FAIL
+    assert sum(t.state in COUNTED for t in trials) == 5
