@@ -8,11 +8,13 @@ import pytest
 
 optuna = pytest.importorskip(
     "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
+from pycuda_heads.tuning.cache import TuningCache
 from pycuda_heads.tuning.export import build_table
 from pycuda_heads.tuning.spaces import TuningTask, all_points, suggest
 from pycuda_heads.tuning.storage import cache_path, open_storage, tuning_dir
-from pycuda_heads.tuning.tune import tune
+from pycuda_heads.tuning.tune import compare_with_default, tune
 from test_tuning import (
+    BEST_VALID,
     TOY,
     Comparing,
     Feasibility,
@@ -99,6 +101,7 @@ def test_the_tuner_times_and_compares_with_the_baseline(tmp_path, mode):
     if out.best.params == FAST:  # tpe may not sample it in 8 trials
         assert ev.compared == [(FAST, NEAREST)]
         assert data["comparison"]["params"] == FAST and data["comparison"]["speedup"] > 1.9
+    assert data["comparison"]["default_params"] == NEAREST
     [entry] = build_table(tmp_path, "toy-gpu", suite=lambda kernel: None)["entries"]
     assert entry["default_time_us"] == 10.0
     assert entry["params"] == (NEAREST if entry["kept_default"] else FAST)
@@ -115,6 +118,8 @@ def test_a_study_finished_against_another_default_times_the_baseline_and_decides
     task = wide_task()
     path = cache_path(tuning_dir(tmp_path, "toy-gpu"), task)
     old = json.loads(path.read_text())
+    del old["comparison"]["default_params"]  # as an older tuner wrote it
+    path.write_text(json.dumps(old))
     assert old["default_time_us"] is None and "INFEASIBLE" in old["comparison"]["note"]
     assert NEAREST not in [t.params for t in study_of(tmp_path, task).trials]
     [shipped] = build_table(tmp_path, "toy-gpu", suite=lambda kernel: None)["entries"]
@@ -127,7 +132,7 @@ def test_a_study_finished_against_another_default_times_the_baseline_and_decides
     assert len(finished) == 7 and finished[-1].params == NEAREST
     data = load(tmp_path, task)
     assert data["default_params"] == NEAREST and data["default_time_us"] == 10.0
-    assert data["comparison"]["params"] == NEAREST
+    assert data["comparison"]["params"] == data["comparison"]["default_params"] == NEAREST
     [entry] = build_table(tmp_path, "toy-gpu", suite=lambda kernel: None)["entries"]
     assert entry["kept_default"] and entry["params"] == NEAREST
     assert entry["time_us"] == entry["default_time_us"] == 10.0
@@ -136,6 +141,51 @@ def test_a_study_finished_against_another_default_times_the_baseline_and_decides
     again = Comparing(fail=(), time_fn=nearest_fastest)
     out = tune(task, again, Feasibility(task), out=tmp_path, mode="tpe", trials=6, seed=0)
     assert out.trials == 0 and again.timed == [] and again.compared == []
+
+
+def test_a_verdict_is_reused_only_against_the_same_baseline(tmp_path):
+    task = toy_task()
+    run(tmp_path, Comparing(), mode="exhaustive")
+    path = cache_path(tuning_dir(tmp_path, task.slug), task)
+    data = json.loads(path.read_text())
+    assert data["comparison"]["default_params"] == TOY.default
+
+    def compared(comparison):
+        path.write_text(json.dumps({**data, "comparison": comparison}))
+        cache = TuningCache.load(task, path)
+        ev = Comparing()
+        compare_with_default(task, ev, cache)
+        return ev.compared, cache.comparison
+
+    assert compared(data["comparison"]) == ([], data["comparison"])
+    keyless = {k: v for k, v in data["comparison"].items() if k != "default_params"}
+    # an older tuner's verdict was reached against the space's default: here the baseline
+    assert compared(keyless) == ([], data["comparison"])
+    other = {**data["comparison"], "default_params": {"BLOCK": 64, "ITEMS": 1, "VEC": 1}}
+    calls, comparison = compared(other)
+    assert calls == [(BEST_VALID, TOY.default)] and comparison["default_params"] == TOY.default
+
+
+@pytest.mark.parametrize("default_params,ships", [
+    (None, True),  # an older tuner's verdict: against the default written beside it
+    (TOY.default, True),
+    ({"BLOCK": 64, "ITEMS": 1, "VEC": 1}, False),
+])
+def test_export_ships_only_a_verdict_against_the_cache_default(tmp_path, default_params,
+                                                               ships):
+    task = toy_task()
+    run(tmp_path, Comparing(), mode="exhaustive")
+    path = cache_path(tuning_dir(tmp_path, task.slug), task)
+    data = json.loads(path.read_text())
+    data["comparison"].pop("default_params")
+    if default_params is not None:
+        data["comparison"]["default_params"] = default_params
+    path.write_text(json.dumps(data))
+    [entry] = build_table(tmp_path, "toy-gpu")["entries"]
+    assert entry["kept_default"] is not ships
+    assert entry["params"] == (BEST_VALID if ships else TOY.default)
+    if not ships:
+        assert entry["why"] == "not compared with the default yet" and entry["speedup"] is None
 
 
 def test_a_baseline_queued_again_by_fail_stale_is_not_queued_twice(tmp_path):

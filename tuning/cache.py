@@ -146,7 +146,11 @@ class TuningCache:
                     studies[study] = hist
         self.history = [h for hist in studies.values() for h in hist]
         self.importance = self.importance or dict(data.get("importance", {}))
-        self.comparison = self.comparison or data.get("comparison")
+        comparison = data.get("comparison")
+        if comparison is not None and "default_params" not in comparison:
+            # recorded before comparisons named their baseline: made against the space default
+            comparison = {**comparison, "default_params": dict(self.task.space.default)}
+        self.comparison = self.comparison or comparison
 
     def _merge(self, ev: Evaluation) -> Evaluation:
         key = point_key(ev.params)

@@ -126,8 +126,13 @@ def _git(where: Path) -> dict[str, Any]:
 
 def _entry(c: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     """The table entry of one task: the best validated configuration when the interleaved
-    comparison found it faster than the default beyond noise, else the default (kept)."""
+    comparison found it faster than the default beyond noise, else the default (kept). The
+    default is the cache's ``default_params``: the point the op runs without a tuned entry."""
     cmp = c.get("comparison") or {}
+    # a verdict against another point says nothing of this default; one from an older tuner
+    # names no point: it was reached against the default_params written with it
+    if cmp.get("default_params", c["default_params"]) != c["default_params"]:
+        cmp = {}
     # decided from p and interval, so verdicts recorded under an older rule follow today's
     ship = beats_default(cmp) and cmp.get("params") == best["params"]
     default = next((e for e in c["evaluations"] if e["params"] == c["default_params"]), None)

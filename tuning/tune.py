@@ -101,31 +101,34 @@ def importance(task: TuningTask, evaluations: list[Evaluation]) -> dict[str, flo
 
 
 def compare_with_default(task: TuningTask, evaluator: Evaluator, cache: TuningCache) -> None:
-    """Time the best validated configuration and the default interleaved and decide whether
-    the best is faster beyond noise (``speedup_test``); the verdict goes into the cache. Kept
-    from an earlier run while the best is the same; skipped for evaluators that cannot
-    interleave (replays)."""
+    """Time the best validated configuration and the task's baseline (``TuningTask.baseline``,
+    what the op runs without a tuned entry) interleaved and decide whether the best is faster
+    beyond noise (``speedup_test``); the verdict, with both points, goes into the cache. Kept
+    from an earlier run while the best and the baseline are the same; skipped for evaluators
+    that cannot interleave (replays)."""
     best, default = cache.best(), cache.default()
     if best is None or default is None or not hasattr(evaluator, "interleaved"):
         return
-    if cache.comparison and cache.comparison.get("params") == best.params:
+    made = cache.comparison or {}
+    if made.get("params") == best.params and made.get("default_params") == default.params:
         return
     if default.counts and not default.validated:  # a kept default must be validated too
         passed, reason = evaluator.validate(default.params)
         cache.put(replace(default, validated=passed) if passed else
                   replace(default, state=FAILED_VALIDATION, reason=reason))
         default = cache.default()
+    pair = {"params": best.params, "default_params": default.params}
     if best.params == default.params:
-        cache.comparison = {"params": best.params, "speedup": 1.0, "ci": [1.0, 1.0],
-                            "p_value": 1.0, "significant": False, "samples": 0}
+        cache.comparison = {**pair, "speedup": 1.0, "ci": [1.0, 1.0], "p_value": 1.0,
+                            "significant": False, "samples": 0}
         return
     if not default.counts:  # the default failed: any validated configuration beats it
-        cache.comparison = {"params": best.params, "speedup": None, "ci": None,
-                            "p_value": 0.0, "significant": True, "samples": 0,
+        cache.comparison = {**pair, "speedup": None, "ci": None, "p_value": 0.0,
+                            "significant": True, "samples": 0,
                             "note": f"the default is {default.state}"}
         return
     t_best, t_default = evaluator.interleaved(best.params, default.params)
-    cache.comparison = {"params": best.params, **speedup_test(t_best, t_default)}
+    cache.comparison = {**pair, **speedup_test(t_best, t_default)}
     log.info("%s: %s vs default: %.3fx (95%% CI %.3f..%.3f, p=%.2g)%s", task.label(),
              best.params, cache.comparison["speedup"], *cache.comparison["ci"],
              cache.comparison["p_value"], "" if cache.comparison["significant"]
