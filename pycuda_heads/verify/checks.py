@@ -10,10 +10,11 @@ import numpy as np
 from ..core.arrays import poisoned_outputs
 from .cases import Case
 
-# Kernel error may be this multiple of the float32 NumPy reference's own error against float64.
-# Both accumulate in float32 but in different orders (a warp tree against NumPy's pairwise sum),
-# so the kernel's error is not bounded by 2x of one particular float32 order (flash-attention's
-# multiple); 16x still catches any real bug, which errs by orders of magnitude more.
+# Kernel error may be this multiple of the float32 NumPy reference's own error against float64
+# (``compare``: the larger of this bound and REL_FLOOR's). Both accumulate in float32 but in
+# different orders (a warp tree against NumPy's pairwise sum), so the kernel's error is not
+# bounded by 2x of one particular float32 order (flash-attention's multiple). A chosen margin,
+# not a measured worst: a wrong index or a race errs by orders of magnitude more.
 REF_ERR_MULTIPLE = 16.0
 # ... or this fraction of the output's largest magnitude, whichever is larger: the float32
 # reference's own error is often far below it, so this floor sets most outputs' tolerance; a
