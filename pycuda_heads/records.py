@@ -131,9 +131,11 @@ def read_json(path: Path | str, what: str = "file") -> Any:
             from None
 
 
-def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int) -> None:
+def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int,
+              subset: str = "") -> None:
     """Append one main-job phase (sweep, export, validate, bench, report) and its wall time,
-    from ``started`` (``time.time()``) to now, to ``<gpu_dir>/phases.json``."""
+    from ``started`` (``time.time()``) to now, to ``<gpu_dir>/phases.json``. ``subset`` names
+    the part of the phase a narrowed run did (e.g. "kernels pool.forward"); empty: all of it."""
     import datetime as dt
     import time
     path = Path(gpu_dir) / PHASES_JSON
@@ -144,5 +146,6 @@ def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int) -> N
     phases.append({"phase": phase, "status": int(status),
                    "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(
                        timespec="seconds"),
-                   "seconds": round(time.time() - started, 1)})
+                   "seconds": round(time.time() - started, 1),
+                   **({"subset": subset} if subset else {})})
     write_json(path, phases)

@@ -569,3 +569,27 @@ def test_smoke_section_states_each_field_and_draws_the_loss_curve(reports: Path)
     assert table_row(readme, "bitwise_rerun")[-1] == "**missed**"
     assert "did not halve" in table_row(readme, "loss_first / loss_last")[-1]
     assert "smoke_loss.png" not in readme and not (gpu_dir / "smoke_loss.png").exists()
+
+
+def test_phase_table_totals_complete_runs_and_lists_narrowed_ones() -> None:
+    from pycuda_heads.report import tables
+    log = [{"phase": "sweep", "status": 0, "started": "t0", "seconds": 300.0},
+           {"phase": "bench", "status": 0, "started": "t1", "seconds": 200.0},
+           {"phase": "sweep", "status": 0, "started": "t2", "seconds": 40.0,
+            "subset": "kernels pool.forward"}]
+    text = tables.phases(log)
+    assert "Total: 8.3 minutes." in text  # 300 + 200 s: the narrowed sweep is not a main job
+    assert "| sweep | t0 | 300 | ok |" in text
+    assert "Narrowed runs since, not in the total: sweep (kernels pool.forward, t2, 40 s)" in text
+    # a complete run after a narrowed one supersedes it
+    text = tables.phases(log + [{"phase": "sweep", "status": 0, "started": "t3", "seconds": 290.0}])
+    assert "Narrowed" not in text and "| sweep | t3 | 290 | ok |" in text
+
+
+def test_log_phase_records_a_narrowed_run(tmp_path) -> None:
+    import time
+    from pycuda_heads import records
+    records.log_phase(tmp_path, "bench", time.time(), 0, "ops pool")
+    records.log_phase(tmp_path, "bench", time.time(), 0)
+    logged = records.read_json(tmp_path / records.PHASES_JSON, "phase log")
+    assert logged[0]["subset"] == "ops pool" and "subset" not in logged[1]

@@ -220,7 +220,8 @@ def _run(args: argparse.Namespace, specs: list) -> int:
         print(f"{o.task.label():40s} best {best} (default {default})"
               + (" [unfinished]" if o.stopped else ""))
     status = 0 if len(outcomes) == len(tasks) and not any(o.stopped for o in outcomes) else 3
-    records.log_phase(Path(args.out) / gpu.slug, args.command, started, status)
+    records.log_phase(Path(args.out) / gpu.slug, args.command, started, status,
+                      "kernels " + args.kernels if getattr(args, "kernels", None) else "")
     return status
 
 

@@ -410,6 +410,8 @@ def main(args: argparse.Namespace) -> int:
         rows = [r for r in csv.DictReader(f) if r["date"] == bench.base["date"]]
     print(summary(rows))
     print(f"{len(rows)} rows appended to {path} in {time.perf_counter() - start:.0f} s")
-    records.log_phase(path.parent, "bench", started, 0)
+    subset = " ".join([*(["ops " + ",".join(args.ops)] if args.ops else []),
+                       *(["quick"] if args.quick else [])])
+    records.log_phase(path.parent, "bench", started, 0, subset)
     return 0
 

@@ -106,12 +106,21 @@ def header(data: ReportData, empty_us: float | None) -> str:
 
 
 def phases(entries: Sequence[dict[str, Any]] | None) -> str:
-    """The latest run of each main-job phase and its wall time."""
+    """The latest complete run of each main-job phase and its wall time; narrowed runs (a
+    subset of kernels or ops) made since are listed, not added to the total."""
     if not entries:
         return ""
     latest: dict[str, dict[str, Any]] = {}
+    narrowed: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
-        latest[e.get("phase", "?")] = e
+        phase = e.get("phase", "?")
+        if e.get("subset"):
+            narrowed.setdefault(phase, []).append(e)
+        else:
+            latest[phase] = e
+            narrowed.pop(phase, None)
+    if not latest:
+        return ""
     order = ("sweep", "tune", "export", "validate", "bench", "report")
     rows = [(p, latest[p].get("started", ""), f"{latest[p].get('seconds', 0):.0f}",
              "ok" if not latest[p].get("status") else f"exit {latest[p]['status']}")
@@ -120,10 +129,14 @@ def phases(entries: Sequence[dict[str, Any]] | None) -> str:
     failed = [p for p in latest if latest[p].get("status")]
     caveat = (f" These runs are not one complete main job: {', '.join(failed)} ended with a "
               "non-zero status." if failed else "")
+    later = [f"{p} ({e['subset']}, {e.get('started', '')}, {e.get('seconds', 0):.0f} s)"
+             for p, es in narrowed.items() for e in es]
+    note = (["Narrowed runs since, not in the total: " + "; ".join(later) + ".", ""]
+            if later else [])
     return "\n".join(["## Main job phases", "",
-                      "Wall time of the latest run of each phase (`phases.json`).", "",
+                      "Wall time of the latest complete run of each phase (`phases.json`).", "",
                       table(("phase", "started", "seconds", "status"), rows), "",
-                      f"Total: {total / 60:.1f} minutes.{caveat}", ""])
+                      f"Total: {total / 60:.1f} minutes.{caveat}", "", *note])
 
 
 def sweep(runs: Sequence[dict[str, Any]]) -> str:

@@ -224,7 +224,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{s['passed']}/{s['variants']} variants passed over {s['runs']} shape runs; record in "
           f"{Path(args.out) / record['gpu_slug'] / records.VALIDATION_JSON}")
     status = 0 if s["passed"] == s["variants"] else 1
-    records.log_phase(Path(args.out) / record["gpu_slug"], "validate", started, status)
+    records.log_phase(Path(args.out) / record["gpu_slug"], "validate", started, status,
+                      "kernels " + ",".join(args.kernels) if args.kernels else "")
     return status
 
 
