@@ -21,7 +21,8 @@ from pycuda_heads.tuning.efficiency import run_efficiency
 from pycuda_heads.tuning.export import build_table, export
 from pycuda_heads.tuning.progress import Budget
 from pycuda_heads.tuning.session import EvaluatorBroken
-from pycuda_heads.tuning.spaces import TuningTask, all_points, distributions, point_key
+from pycuda_heads.tuning.spaces import (STARTUP_TRIALS, TuningTask, all_points, distributions,
+                                        point_key)
 from pycuda_heads.tuning.storage import cache_path, open_storage, tuning_dir
 from pycuda_heads.tuning.sweep import RUN_ENV, WorkerRun, run_sweep
 from pycuda_heads.tuning.tune import tune
@@ -660,7 +661,8 @@ def test_gpu_commands_wire_the_gpu_pieces_together(tmp_path, monkeypatch, capsys
     tdir = tuning_dir(tmp_path, "fake-h200")
     assert len(list(tdir.glob("gate.*__N_HORIZONS=5__B=*.json"))) == 6
     assert (tdir / "optuna.journal").is_file() and (tdir / "runs.json").is_file()
-    assert len(compiled) == 3 * (20 + 22)  # every feasible point of every task, once
+    # TPE (the default mode): each task's startup points, compiled ahead
+    assert len(compiled) == 6 * STARTUP_TRIALS
     args = parser().parse_args(["tune", "--kernel", "pool.forward", "--shape", "B=2,K=8",
                                 "--trials", "8", "--out", str(tmp_path), "--no-progress"])
     assert args.func(args) == 0

@@ -202,3 +202,24 @@ def test_a_baseline_queued_again_by_fail_stale_is_not_queued_twice(tmp_path):
                    and t.state != optuna.trial.TrialState.FAIL]
     assert len(on_baseline) == 1 and trials[0].state == optuna.trial.TrialState.FAIL
     assert sum(t.state in COUNTED for t in trials) == 5
+
+
+def test_a_tpe_study_starts_with_the_points_a_sweep_compiles_ahead(tmp_path):
+    """The baseline and seeded random valid points, the same in every process, are the first
+    trials; a resumed study does not queue them again."""
+    from pycuda_heads.tuning.spaces import STARTUP_TRIALS, startup_points
+    task = wide_task()
+    startup = startup_points(task, trials=12, seed=0)
+    assert startup == startup_points(task, trials=12, seed=0) != startup_points(task, 12, 1)
+    assert len(startup) == STARTUP_TRIALS and startup[0] == NEAREST
+    assert len({json.dumps(p, sort_keys=True) for p in startup}) == STARTUP_TRIALS
+    assert all(task.space.violated(p, task.template, task.launch_env) is None for p in startup)
+    assert startup_points(task, trials=3, seed=0) == startup[:3]
+    ev = Comparing(fail=(), time_fn=nearest_fastest)
+    tune(task, ev, Feasibility(task), out=tmp_path, mode="tpe", trials=6, seed=0)
+    trials = study_of(tmp_path, task).trials
+    assert [t.params for t in trials] == startup[:6]
+    tune(task, ev, Feasibility(task), out=tmp_path, mode="tpe", trials=12, seed=0)
+    trials = study_of(tmp_path, task).trials
+    assert [t.params for t in trials][:STARTUP_TRIALS] == startup and len(trials) == 12
+    assert all(t.state in COUNTED for t in trials)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
@@ -36,6 +37,20 @@ def all_points(task: "TuningTask") -> list[Point]:
     first = dict(task.baseline)
     rest = [dict(zip(keys, values)) for values in itertools.product(*space.params.values())]
     return [first] + [p for p in rest if p != first]
+
+
+#: Trials TPE samples at random before it models the results. The tuner draws them itself
+#: (seeded per task), so a sweep compiles them all in parallel before any timing.
+STARTUP_TRIALS = 10
+
+
+def startup_points(task: "TuningTask", trials: int, seed: int) -> list[Point]:
+    """The first min(trials, STARTUP_TRIALS) trials of the task's TPE study: its baseline,
+    then valid points drawn at random with a seed of ``seed`` and the task's name."""
+    valid = [p for p in all_points(task)[1:]
+             if task.space.violated(p, task.template, task.launch_env) is None]
+    random.Random(f"{seed}:{task.name}").shuffle(valid)  # a prefix for any number of trials
+    return [dict(task.baseline)] + valid[:min(trials, STARTUP_TRIALS) - 1]
 
 
 def point_key(point: Mapping[str, Any]) -> str:

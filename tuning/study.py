@@ -31,7 +31,8 @@ from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .locks import pid_alive
 from .progress import Bar, Budget, Progress
 from .session import Session
-from .spaces import TuningTask, all_points, distributions, point_key, suggest
+from .spaces import (STARTUP_TRIALS, TuningTask, all_points, distributions, point_key,
+                     startup_points, suggest)
 from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 
 MODES = ("tpe", "exhaustive")
@@ -43,7 +44,7 @@ _COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # a FAIL trial was interrup
 
 
 def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.TPESampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
 
 
 def outcome(ev: Evaluation, mode: str, seed: int) -> dict[str, Any]:
@@ -92,9 +93,12 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
 
     The task's baseline is queued first, and again until a trial has finished on it: every
     table entry is compared with it (a kill during its trial must not leave it untimed). A
-    study that reached ``trials`` without it (tuned against another baseline) runs one more."""
+    study that reached ``trials`` without it (tuned against another baseline) runs one more.
+    The random startup trials of a new study are the task's ``startup_points`` (the ones a
+    sweep compiles ahead), queued with the baseline."""
     task = session.task
     ran = 0
+    startup = startup_points(task, trials, seed)
     with progress.bar(remaining(study, "tpe", trials, task), task.label()) as bar:
         while not budget.expired() and not (stop is not None and stop()):
             with turn():
@@ -107,8 +111,13 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
                 # a free trial, or the baseline's when no finished or running trial is on it
                 # (else the last trials are another worker's: wait for them)
                 if finished + running < trials or not baseline - {TrialState.WAITING}:
-                    if not baseline:  # once: fail_stale may have queued it again
-                        study.enqueue_trial(task.baseline)
+                    # the baseline whenever no trial holds it (fail_stale fails a killed one, and
+                    # may have queued it again); a new study's startup points while trials are free
+                    free = trials - finished - running
+                    for point in startup if finished < STARTUP_TRIALS else startup[:1]:
+                        if not _states_on(study, point) and (point is startup[0] or free > 0):
+                            study.enqueue_trial(point)
+                            free -= 1
                     with warnings.catch_warnings():  # we beat by hand: ask/tell, not optimize
                         warnings.filterwarnings("ignore", message="Heartbeat of storage")
                         trial = study.ask()

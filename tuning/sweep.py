@@ -22,7 +22,7 @@ from .cache import TuningCache
 from .constraints import Feasibility
 from .progress import Budget, Progress
 from .session import Evaluator
-from .spaces import TuningTask, all_points
+from .spaces import TuningTask, all_points, startup_points
 from .storage import append_run, cache_path, tuning_dir
 from .tune import TuneOutcome, tune
 
@@ -72,7 +72,10 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
     run = run or WorkerRun.new("")
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     plans = [(task, feasibility_for(task)) for task in tasks]
-    pending = [(task, feas, p) for task, feas in plans for p in _untimed(task, feas, out)]
+    # TPE compiles ahead only the points its studies will ask first; exhaustive, all of them
+    pending = [(task, feas, p) for task, feas in plans
+               for p in _untimed(task, feas, out, startup_points(task, trials, seed)
+                                 if mode == "tpe" else all_points(task))]
     constraints.warm([(feas, p) for _, feas, p in pending], workers)
     if warm is not None:
         warm([(task, p) for task, feas, p in pending if feas(p) is None])
@@ -115,8 +118,8 @@ def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path
                     "resume", budget.elapsed(), done, len(tasks))
 
 
-def _untimed(task: TuningTask, feas: Feasibility, out: Path) -> list[Point]:
-    """Points of ``task`` that pass its restrictions and have no cached result yet."""
+def _untimed(task: TuningTask, feas: Feasibility, out: Path,
+             points: Sequence[Point]) -> list[Point]:
+    """Those of ``points`` that pass the task's restrictions and have no cached result yet."""
     cache = TuningCache.load(task, cache_path(tuning_dir(out, task.slug), task))
-    return [p for p in all_points(task)
-            if cache.get(p) is None and feas.restriction(p) is None]
+    return [p for p in points if cache.get(p) is None and feas.restriction(p) is None]
