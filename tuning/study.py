@@ -24,8 +24,6 @@ from typing import Any, Callable, ContextManager
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pycuda_heads.core.space import Point
-
 from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .locks import pid_alive
@@ -104,7 +102,8 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
             with turn():
                 fail_stale(study)
                 finished, running = _counts(study)
-                baseline = _states_on(study, task.baseline)
+                held = _held(study)
+                baseline = held.get(point_key(task.baseline), set())
                 if finished >= trials and baseline & set(_COUNTED):
                     break
                 trial = None
@@ -114,8 +113,9 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
                     # the baseline whenever no trial holds it (fail_stale fails a killed one, and
                     # may have queued it again); a new study's startup points while trials are free
                     free = trials - finished - running
-                    for point in startup if finished < STARTUP_TRIALS else startup[:1]:
-                        if not _states_on(study, point) and (point is startup[0] or free > 0):
+                    wanted = startup if finished < STARTUP_TRIALS else startup[:1]
+                    for i, point in enumerate(wanted):
+                        if point_key(point) not in held and (i == 0 or free > 0):
                             study.enqueue_trial(point)
                             free -= 1
                     with warnings.catch_warnings():  # we beat by hand: ask/tell, not optimize
@@ -142,11 +142,15 @@ def _counts(study: optuna.Study) -> tuple[int, int]:
     return sum(s in _COUNTED for s in states), states.count(TrialState.RUNNING)
 
 
-def _states_on(study: optuna.Study, point: Point) -> set[TrialState]:
-    """The states of the trials on ``point`` that are not FAIL, a queued (WAITING) one included:
-    it holds its point only as the ``fixed_params`` Optuna pops at the next ask."""
-    return {t.state for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL
-            and (t.params or t.system_attrs.get("fixed_params")) == point}
+def _held(study: optuna.Study) -> dict[str, set[TrialState]]:
+    """Point key -> the states of the trials on it that are not FAIL, a queued (WAITING) one
+    included: it holds its point only as the ``fixed_params`` Optuna pops at the next ask."""
+    held: dict[str, set[TrialState]] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state != TrialState.FAIL:
+            point = t.params or t.system_attrs.get("fixed_params") or {}
+            held.setdefault(point_key(point), set()).add(t.state)
+    return held
 
 
 def _run_trial(session: Session, study: optuna.Study, trial: optuna.Trial,
