@@ -91,7 +91,7 @@ class KernelSpace:
 
 
 def residual_pairs_space(kernel: str) -> KernelSpace:
-    """The space of a kernel built on ``residual_pairs`` (heads_common.cuh): BLOCK threads, one
+    """The space of a kernel laid out as ``residual_pairs`` (heads_common.cuh): BLOCK threads, one
     warp per (b, h) pair of ROWS batch rows, VEC floats per load; VEC divides the row and a
     lane holds at most 32 floats of it."""
     return KernelSpace(
