@@ -7,6 +7,9 @@
 //   LAYOUT 1: one block per batch row, bounded registers and shared memory for any N_HORIZONS
 //     <= 32, HIDDEN_DIM <= 1024 and any K: per-key dot products one horizon at a time, the
 //     row's scores kept in global memory, weighted sums over keys split into column tiles.
+//   LAYOUT 2 (forward only): GROUP lanes per key, keys streamed through a per-warp ring of
+//     shared-memory slots filled by cp.async, teams of warps per batch row and blocks looping
+//     over ROWS rows per team; see its kernel below.
 #include "heads_common.cuh"
 
 #define NWARPS (BLOCK / 32)
@@ -30,7 +33,8 @@ __device__ __forceinline__ void load_keys(const float* __restrict__ lnb, const i
 //   fm,fl [N_HORIZONS] each                   merged max / sum
 extern "C" __global__ void __launch_bounds__(BLOCK)
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
-             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale)
+             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
+             const int B)
 {
     extern __shared__ float smem[];
     float* wacc = smem;
@@ -250,7 +254,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
         gqb[e] = scale * v;
     }
 }
-#else
+#elif LAYOUT == 1
 // out[h, :] = mult * sum_k w[h*K + k] * rows[k, :] for every horizon, in a fixed order. An item
 // is a tile of HTILE horizons by VEC columns; when there are fewer items than threads, SLICES
 // threads share an item's keys (k = slice + i*SLICES) and their partial sums are added in slice
@@ -342,7 +346,8 @@ __device__ __forceinline__ float row_dot(const float* __restrict__ a, const int 
 // the block after __syncthreads, so attn needs no shared copy and K is unbounded.
 extern "C" __global__ void __launch_bounds__(BLOCK)
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
-             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale)
+             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
+             const int B)
 {
     extern __shared__ float smem[];
     __shared__ float fm[N_HORIZONS], fl[N_HORIZONS];
@@ -486,5 +491,257 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     }
     __syncthreads();
     weighted_rows(dsb, lnb, K, scale, gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);
+}
+#else
+// LAYOUT 2: the forward only (the backward space never selects it).
+//   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x*ROWS + r)*TEAMS +
+//   team, r < ROWS. In a row, warp wt of the team takes steps wt, wt+TW, ... of KPW = 32/GROUP
+//   consecutive keys; lane group g (GROUP lanes) owns key g of the step and lane gl of the group
+//   holds columns (c*GROUP + gl)*VEC + v, so a score is a GROUP-lane butterfly, not a full warp.
+//   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots
+//   (one step of ln rows each), filled by cp.async STAGES-1 steps ahead, across row ends.
+//   Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)), per lane group; the
+//   running max moves only when a score passes it by MARGIN (a warp vote), so most keys skip
+//   the rescale. Raw scores go to attn and are normalised in place at the row's end.
+//   Row end: groups merge by butterfly, the team's warps through shared memory (one team
+//   barrier per row; the merge buffers alternate between rows so the next row's writes cannot
+//   meet this row's reads). Every sum runs in a fixed order: no atomics, bitwise reproducible.
+//   Dynamic shared memory (floats): ring [NWARPS][STAGES][SLOT], merge accumulators
+//   [2][NWARPS][N_HORIZONS*HIDDEN_DIM], merge max/sum [2][NWARPS][N_HORIZONS][2], and with
+//   QREG == 0 the scaled queries [N_HORIZONS*HIDDEN_DIM] (QREG == 1 keeps them in registers).
+#define STAGES 4
+#define KPW (32 / GROUP)
+#define GCHUNKS ((HIDDEN_DIM + GROUP * VEC - 1) / (GROUP * VEC))
+#define GCOLS (GCHUNKS * VEC)
+#define TW (NWARPS / TEAMS)
+#define SLOT (KPW * HIDDEN_DIM)
+#define MARGIN 8.f
+#define LOG2E 1.4426950408889634f
+
+// VEC floats from global src to shared dst, asynchronously; valid == false writes zeros.
+__device__ __forceinline__ void copy_async(float* dst, const float* src, const bool valid)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const int n = valid ? 4 * VEC : 0;
+#if VEC == 4
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n));
+#else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 :: "r"(d), "l"(src), "n"(4 * VEC), "r"(n));
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Every group of this thread's copies but the newest STAGES-1 (the steps ahead) is complete.
+__device__ __forceinline__ void copy_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 1) : "memory");
+}
+
+// A row's columns held by lane gl of a lane group (0 past HIDDEN_DIM).
+__device__ __forceinline__ void group_cols(const float* row, const int gl, float* out)
+{
+#pragma unroll
+    for (int c = 0; c < GCHUNKS; ++c) {
+        const int d = (c * GROUP + gl) * VEC;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) out[c * VEC + v] = 0.f;
+        if (d < HIDDEN_DIM) {
+            if (VEC == 4) {
+                const float4 t = *reinterpret_cast<const float4*>(row + d);
+                out[c * VEC] = t.x; out[c * VEC + 1] = t.y; out[c * VEC + 2] = t.z; out[c * VEC + 3] = t.w;
+            } else if (VEC == 2) {
+                const float2 t = *reinterpret_cast<const float2*>(row + d);
+                out[c * VEC] = t.x; out[c * VEC + 1] = t.y;
+            } else {
+                out[c * VEC] = row[d];
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void team_sync(const int team)
+{
+#if TW == 1
+    __syncwarp();
+#elif TEAMS == 1
+    __syncthreads();
+#else
+    asm volatile("bar.sync %0, %1;\n" :: "r"(team + 1), "n"(TW * 32) : "memory");
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
+             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
+             const int B)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* ring = smem;
+    float* macc = ring + NWARPS * STAGES * SLOT;
+    float* mml = macc + 2 * NWARPS * N_HORIZONS * HIDDEN_DIM;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int team = warp / TW, wt = warp % TW;
+    const int g = lane / GROUP, gl = lane % GROUP;
+    const float qscale = scale * LOG2E;
+
+#if QREG
+    float q[N_HORIZONS][GCOLS];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) {
+        group_cols(q_h + h * HIDDEN_DIM, gl, q[h]);
+#pragma unroll
+        for (int j = 0; j < GCOLS; ++j) q[h][j] *= qscale;
+    }
+#else
+    float* qs = mml + 4 * NWARPS * N_HORIZONS;
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * qscale;
+    __syncthreads();
+#endif
+
+    // This team's rows and this warp's steps in each of them.
+    const int first_row = (blockIdx.x * ROWS) * TEAMS + team;
+    const int rows = max(0, min(ROWS, (B - first_row + TEAMS - 1) / TEAMS));
+    const int nsteps = (K + KPW - 1) / KPW;
+    const int per_row = nsteps > wt ? (nsteps - wt + TW - 1) / TW : 0;
+
+    // Producer: the next (row, step) to copy and the slot it goes to.
+    int pr = per_row ? 0 : rows, pj = 0, pslot = 0;
+    float* my_ring = ring + warp * STAGES * SLOT;
+    auto issue = [&]() {
+        if (pr < rows) {
+            const int b = first_row + pr * TEAMS;
+            const int k0 = (wt + pj * TW) * KPW;
+            const float* src = ln + ((size_t)b * K + k0) * HIDDEN_DIM;
+            float* dst = my_ring + pslot * SLOT;
+#pragma unroll 4
+            for (int i = lane; i < SLOT / VEC; i += 32) {
+                const bool valid = k0 + i * VEC / HIDDEN_DIM < K;
+                copy_async(dst + i * VEC, valid ? src + i * VEC : ln, valid);
+            }
+            if (++pj == per_row) { pj = 0; ++pr; }
+            pslot = pslot + 1 == STAGES ? 0 : pslot + 1;
+        }
+        copy_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) issue();
+
+    int cslot = 0;
+    for (int r = 0; r < rows; ++r) {
+        const int b = first_row + r * TEAMS;
+        float* attnb = attn + (size_t)b * N_HORIZONS * K;
+        float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][GCOLS];
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            m[h] = -INFINITY;
+            l[h] = 0.f;
+#pragma unroll
+            for (int j = 0; j < GCOLS; ++j) acc[h][j] = 0.f;
+        }
+        for (int j = 0; j < per_row; ++j) {
+            issue();
+            copy_wait();
+            __syncwarp();
+            const int k = (wt + j * TW) * KPW + g;
+            const bool valid = k < K;
+            float x[GCOLS];
+            group_cols(my_ring + cslot * SLOT + g * HIDDEN_DIM, gl, x);
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) {
+#if QREG
+                const float* qh = q[h];
+#else
+                float qh[GCOLS];
+                group_cols(qs + h * HIDDEN_DIM, gl, qh);
+#endif
+                float dot = 0.f;
+#pragma unroll
+                for (int c = 0; c < GCOLS; ++c) dot = fmaf(qh[c], x[c], dot);
+                const float sc = group_sum<GROUP>(dot);
+                if (gl == 0 && valid) attnb[(size_t)h * K + k] = sc;
+                const bool up = valid && sc > m[h] + MARGIN;
+                if (__any_sync(FULL_MASK, up)) {
+                    const float mn = up ? sc : m[h];
+                    const float corr = mn == m[h] ? 1.f : exp2f(m[h] - mn);
+                    l[h] *= corr;
+#pragma unroll
+                    for (int c = 0; c < GCOLS; ++c) acc[h][c] *= corr;
+                    m[h] = mn;
+                }
+                const float pk = valid ? exp2f(sc - m[h]) : 0.f;
+                l[h] += pk;
+#pragma unroll
+                for (int c = 0; c < GCOLS; ++c) acc[h][c] = fmaf(pk, x[c], acc[h][c]);
+            }
+            __syncwarp();
+            cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
+        }
+
+        // Merge the lane groups (butterfly over groups), then the team's warps.
+        float* wacc = macc + ((r & 1) * NWARPS + warp) * N_HORIZONS * HIDDEN_DIM;
+        float* wml = mml + ((r & 1) * NWARPS + warp) * N_HORIZONS * 2;
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float mx = m[h];
+#pragma unroll
+            for (int o = GROUP; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+            const float f = m[h] == -INFINITY ? 0.f : exp2f(m[h] - mx);
+            float sum = l[h] * f;
+#pragma unroll
+            for (int o = GROUP; o < 32; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+#pragma unroll
+            for (int c = 0; c < GCOLS; ++c) {
+                float a = acc[h][c] * f;
+#pragma unroll
+                for (int o = GROUP; o < 32; o <<= 1) a += __shfl_xor_sync(FULL_MASK, a, o);
+                acc[h][c] = a;
+            }
+            if (g == 0) {
+#pragma unroll
+                for (int c = 0; c < GCHUNKS; ++c) {
+                    const int d = (c * GROUP + gl) * VEC;
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v)
+                        if (d + v < HIDDEN_DIM) wacc[h * HIDDEN_DIM + d + v] = acc[h][c * VEC + v];
+                }
+                if (gl == 0) {
+                    wml[2 * h] = mx;
+                    wml[2 * h + 1] = sum;
+                }
+            }
+        }
+        team_sync(team);
+
+        // The team's threads: ctx[b] and the normalised attn[b], horizons one at a time.
+        const int t = wt * 32 + lane;
+        const float* tacc = macc + ((r & 1) * NWARPS + team * TW) * N_HORIZONS * HIDDEN_DIM;
+        const float* tml = mml + ((r & 1) * NWARPS + team * TW) * N_HORIZONS * 2;
+#pragma unroll 1
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float mt = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < TW; ++w) mt = fmaxf(mt, tml[w * N_HORIZONS * 2 + 2 * h]);
+            float f[TW], lt = 0.f;
+#pragma unroll
+            for (int w = 0; w < TW; ++w) {
+                const float mw = tml[w * N_HORIZONS * 2 + 2 * h];
+                f[w] = mw == -INFINITY ? 0.f : exp2f(mw - mt);
+                lt = fmaf(tml[w * N_HORIZONS * 2 + 2 * h + 1], f[w], lt);
+            }
+            const float inv = 1.f / lt;
+            float* ctxh = ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM;
+            for (int d = t; d < HIDDEN_DIM; d += TW * 32) {
+                float v = 0.f;
+#pragma unroll
+                for (int w = 0; w < TW; ++w)
+                    v = fmaf(tacc[w * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM + d], f[w], v);
+                ctxh[d] = v * inv;
+            }
+            float* ah = attnb + (size_t)h * K;
+            for (int k = t; k < K; k += TW * 32) ah[k] = exp2f(ah[k] - mt) * inv;
+        }
+    }
 }
 #endif

@@ -24,6 +24,6 @@ def oracles(kernel, template=None, params=None):
     """The kernel's own parity test or oracles for a variant (the default when params is None)."""
     from pycuda_heads.catalog import SUITE_TEMPLATE
     spec = catalog()[kernel]
-    params = spec.space.complete(params)
-    return spec.oracles(lambda t: spec.make_op(t, params),
-                        spec.template(template or SUITE_TEMPLATE))
+    template = spec.template(template or SUITE_TEMPLATE)
+    params = spec.space.complete(params, template)
+    return spec.oracles(lambda t: spec.make_op(t, params), template)

@@ -49,8 +49,17 @@ def test_other_launch_parameters_agree(params):
 def test_launch_override_is_reported():
     pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOCK": 64}})
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
-    assert pool.chosen["forward"] == {"params": {"BLOCK": 64, "VEC": 4, "UNROLL": 2, "LAYOUT": 0},
-                                     "source": "user"}
+    assert pool.chosen["forward"] == {
+        "params": {"BLOCK": 64, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 2,
+                   "ROWS": 2, "QREG": 1}, "source": "user"}
+
+
+def test_a_partial_launch_gets_its_layouts_values():
+    """{"LAYOUT": 0} beside LAYOUT 2's default: the other knobs come from a valid LAYOUT 0 point."""
+    pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"LAYOUT": 0}})
+    pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
+    params = pool.chosen["forward"]["params"]
+    assert params["LAYOUT"] == 0 and (params["GROUP"], params["TEAMS"], params["QREG"]) == (32, 1, 0)
 
 
 def test_bad_inputs_raise_before_launch():
@@ -121,15 +130,45 @@ def test_layout_1_matches_reference(template, shape, params):
 
 
 @pytest.mark.parametrize("h,d,b,k", [(8, 256, 2, 64), (32, 128, 2, 17), (5, 128, 1, 60000)])
-def test_shapes_layout_0_cannot_hold_fall_back_to_layout_1(h, d, b, k):
+def test_shapes_layout_0_cannot_hold_run_on_layouts_2_and_1(h, d, b, k):
     pool = ph.PerHorizonAttentionPool(h, d)
     rng = np.random.default_rng(7)
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     ctx, attn = pool.forward(q, ln)
-    assert pool.chosen["forward"]["params"]["LAYOUT"] == 1
+    gq, gln = pool.backward(q, ln, attn, np.ones((b, h, d), F32), ctx=ctx)
+    assert pool.chosen["forward"]["params"]["LAYOUT"] == 2
+    assert pool.chosen["backward"]["params"]["LAYOUT"] == 1
     rc, ra = ref.pool_forward(q, ln)
     np.testing.assert_allclose(ctx.get(), rc, rtol=1e-4, atol=1e-4 * np.abs(rc).max())
     np.testing.assert_allclose(attn.get(), ra, rtol=1e-4, atol=1e-4 * np.abs(ra).max())
+    rq, rln = ref.pool_backward(q, ln, attn.get(), np.ones((b, h, d), F32))
+    np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+
+
+# --- LAYOUT 2 (forward): lane groups, cp.async ring, teams, rows per team, queries in registers ---
+
+_L2 = {"LAYOUT": 2}
+
+
+@pytest.mark.parametrize("template,shape", [
+    ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 7, "K": 45}),      # rows past B, a partial step
+    ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 2, "K": 1}),
+    ({"N_HORIZONS": 3, "HIDDEN_DIM": 30}, {"B": 5, "K": 19}),       # no 16-byte copies
+    ({"N_HORIZONS": 1, "HIDDEN_DIM": 1}, {"B": 3, "K": 70}),
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 3, "K": 33}),
+    ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
+    ({"N_HORIZONS": 1, "HIDDEN_DIM": 30}, {"B": 1, "K": 65536})])
+@pytest.mark.parametrize("params", [
+    {}, {"QREG": 0}, {"GROUP": 16, "ROWS": 1}, {"GROUP": 32, "TEAMS": 1, "ROWS": 8},
+    {"BLOCK": 256, "TEAMS": 4, "ROWS": 4}, {"BLOCK": 64, "TEAMS": 1, "VEC": 1}],
+    ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+def test_layout_2_matches_reference(template, shape, params):
+    space = ph.PerHorizonAttentionPool.SPACES["forward"]
+    point = space.complete({**_L2, **params}, template)
+    if space.violated(point, template, shape):
+        point = space.nearest(point, template, shape)
+    assert point["LAYOUT"] == 2, point
+    assert_variant_passes("pool.forward", template, shape, point)
 
 
 @pytest.mark.parametrize("layout", [0, 1])

@@ -1,5 +1,6 @@
 """CPU: every shape in the pool's supported range has a valid launch point, found the way the
-op finds it (the default, else its nearest valid point), and LAYOUT 0 stays the default."""
+op finds it (the default, else its nearest valid point); the forward runs LAYOUT 2 across the
+range and the backward LAYOUT 0 where it fits, LAYOUT 1 elsewhere."""
 from __future__ import annotations
 
 import pytest
@@ -25,17 +26,36 @@ def test_every_shape_in_range_has_a_valid_point(space, h: int) -> None:
             assert space.violated(point, template, shape) is None, (template, k, point)
 
 
-def test_layout_0_is_the_default_and_layout_1_takes_over_where_it_cannot_run() -> None:
+def test_default_layouts_and_where_layout_1_takes_over() -> None:
     suite = {"N_HORIZONS": 5, "HIDDEN_DIM": 128}
     shape = {"B": 4096, "K": 256}
-    for space in (FORWARD_SPACE, BACKWARD_SPACE):
-        assert space.default["LAYOUT"] == 0
-        assert space.nearest(space.default, suite, shape)["LAYOUT"] == 0
-        for template, k in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64),
-                            ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64),
-                            ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64),
-                            ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000)):
-            assert space.nearest(space.default, template, {"B": 1, "K": k})["LAYOUT"] == 1
+    assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, suite, shape)["LAYOUT"] == 2
+    assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, suite, shape)["LAYOUT"] == 0
+    for template, k in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64),
+                        ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64),
+                        ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64),
+                        ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000)):
+        shape = {"B": 1, "K": k}
+        assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, template, shape)["LAYOUT"] == 2
+        assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, template, shape)["LAYOUT"] == 1
+
+
+def test_layouts_pin_the_knobs_they_do_not_read() -> None:
+    """No two valid points of one layout differ only in a knob that layout ignores."""
+    for template in ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"N_HORIZONS": 32, "HIDDEN_DIM": 30}):
+        points = FORWARD_SPACE.points(template)
+        read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"),
+                2: ("BLOCK", "VEC", "GROUP", "TEAMS", "ROWS", "QREG")}
+        keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
+        assert len(keys) == len(set(keys))
+
+
+def test_a_partial_launch_keeps_its_knobs_and_fills_the_rest_validly() -> None:
+    suite = {"N_HORIZONS": 5, "HIDDEN_DIM": 128}
+    for partial in ({"LAYOUT": 0}, {"LAYOUT": 1, "BLOCK": 512}, {"BLOCK": 32}, {"QREG": 0}):
+        point = FORWARD_SPACE.complete(partial, suite)
+        assert all(point[k] == v for k, v in partial.items())
+        assert FORWARD_SPACE.violated(point, suite) is None, point
 
 
 def test_wide_suite_entries_carry_their_own_template() -> None:

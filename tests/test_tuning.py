@@ -2,6 +2,7 @@
 constraints, validation, resume, exhaustive search, export -> lookup, fallback, efficiency."""
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -136,9 +137,12 @@ def test_catalog_spaces_render_as_categoricals(kernel):
     dists = distributions(space)
     assert {k: list(d.choices) for k, d in dists.items()} == {k: list(v) for k, v in
                                                               space.params.items()}
-    points = all_points(TuningTask.from_spec(spec, spec.suite[0], "G", "g"))
+    task = TuningTask.from_spec(spec, spec.suite[0], "G", "g")
+    points = all_points(task)
     assert points[0] == dict(space.default)  # valid at the suite's first shape
-    assert len(points) == math.prod(len(v) for v in space.params.values())
+    assert all(space.violated(p, task.template) is None for p in points)
+    every = [dict(zip(space.params, v)) for v in itertools.product(*space.params.values())]
+    assert len(points) == sum(space.violated(p, task.template) is None for p in every)
     assert len({point_key(p) for p in points}) == len(points)
 
 

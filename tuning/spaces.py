@@ -3,7 +3,6 @@ key of a point) and what one study tunes: a kernel, its template constants, a pr
 on one GPU."""
 from __future__ import annotations
 
-import itertools
 import json
 import random
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 
 from pycuda_heads.core.op import op_source_hash
+from pycuda_heads.core.tuned import load_table
 from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, KernelSpace, Point
 from pycuda_heads.core.spec import KernelSpec
 from pycuda_heads.records import dims_label
@@ -30,13 +30,10 @@ def suggest(trial: optuna.Trial, space: KernelSpace) -> Point:
 
 
 def all_points(task: "TuningTask") -> list[Point]:
-    """Every combination of the task's knob values, its baseline first (every table entry is
-    compared with it), the rest in a fixed order; restrictions are not applied."""
-    space = task.space
-    keys = list(space.params)
+    """Every point the task's restrictions allow (launch restrictions aside), its baseline
+    first (every table entry is compared with it), the rest in a fixed order."""
     first = dict(task.baseline)
-    rest = [dict(zip(keys, values)) for values in itertools.product(*space.params.values())]
-    return [first] + [p for p in rest if p != first]
+    return [first] + [p for p in task.space.points(task.template) if p != first]
 
 
 #: Trials TPE samples at random before it models the results. The tuner draws them itself
@@ -45,12 +42,16 @@ STARTUP_TRIALS = 10
 
 
 def startup_points(task: "TuningTask", trials: int, seed: int) -> list[Point]:
-    """The first min(trials, STARTUP_TRIALS) trials of the task's TPE study: its baseline,
-    then valid points drawn at random with a seed of ``seed`` and the task's name."""
+    """The first min(trials, STARTUP_TRIALS) trials of the task's TPE study: its baseline, the
+    shipped table's point for the task (so a re-tune after a source change starts from what
+    won before), then valid points drawn at random with a seed of ``seed`` and the task's name."""
+    first = [dict(task.baseline)]
+    if task.shipped is not None and task.shipped != task.baseline:
+        first.append(task.shipped)
     valid = [p for p in all_points(task)[1:]
-             if task.space.violated(p, task.template, task.launch_env) is None]
+             if p not in first and task.space.violated(p, task.template, task.launch_env) is None]
     random.Random(f"{seed}:{task.name}").shuffle(valid)  # a prefix for any number of trials
-    return [dict(task.baseline)] + valid[:min(trials, STARTUP_TRIALS) - 1]
+    return (first + valid)[:max(1, min(trials, STARTUP_TRIALS))]
 
 
 def point_key(point: Mapping[str, Any]) -> str:
@@ -94,6 +95,24 @@ class TuningTask:
         default, or the nearest valid point where the default cannot run (a wide template).
         Every tuned configuration is compared with it."""
         return self.space.nearest(self.space.default, self.template, self.launch_env)
+
+    @cached_property
+    def shipped(self) -> Point | None:
+        """The exported table's point for this kernel, template and shape, whatever sources it
+        was tuned with, completed for knobs added since; None when absent or no longer valid."""
+        table = load_table(self.slug) or {}
+        for entry in table.get("entries", ()):
+            if (entry.get("kernel") == self.kernel and entry.get("shape") == dict(self.shape)
+                    and entry.get("template", dict(self.template)) == dict(self.template)):
+                try:
+                    point = self.space.complete(
+                        {k: v for k, v in entry["params"].items() if k in self.space.params},
+                        self.template)
+                except ValueError:
+                    return None
+                return point if self.space.violated(point, self.template,
+                                                    self.launch_env) is None else None
+        return None
 
     @property
     def family(self) -> str:

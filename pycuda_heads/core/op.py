@@ -64,7 +64,8 @@ class Op:
         if unknown:
             raise ValueError(f"{name}: launch= has unknown kernels {sorted(unknown)}; "
                              f"expected keys among {sorted(self.SPACES)}")
-        self._user = {role: self.SPACES[role].complete(p) for role, p in launch.items()}
+        self._user = {role: self.SPACES[role].complete(p, self.template)
+                      for role, p in launch.items()}
         for role, params in self._user.items():
             reason = self.SPACES[role].violated(params, self.template)
             if reason:
@@ -113,7 +114,7 @@ class Op:
         else:
             tuned, source = lookup(space.kernel, self.template, shape, self._slug,
                                    op_source_hash(type(self)))
-            params = space.complete(tuned) if tuned else None
+            params = space.complete(tuned, self.template) if tuned else None
             if params is not None and self._violated(space, params, shape):
                 params, source = None, f"default (tuned entry cannot run {dict(shape)})"
             if params is None:

@@ -6,14 +6,24 @@ shape (B, K), the device limit MAX_SHARED_BYTES and the derived SHARED_BYTES of 
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
+from functools import lru_cache
+from types import CodeType
 from typing import Any, Callable, Mapping
 
 Point = dict[str, Any]
 
 # Largest opt-in dynamic shared memory per block on sm_90 (227 KiB).
 SM90_MAX_SHARED_BYTES = 227 * 1024
+
+
+@lru_cache(maxsize=None)
+def _code(expr: str) -> CodeType:
+    return compile(expr, f"<restriction {expr}>", "eval")
+
+
+def _holds(expr: str, names: Mapping[str, Any]) -> bool:
+    return bool(eval(_code(expr), {"__builtins__": {}}, names))  # noqa: S307 - our own expressions
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,7 @@ class KernelSpace:
         """
         names = {**env, **point}
         for expr in self.restrictions:
-            if not eval(expr, {"__builtins__": {}}, names):  # noqa: S307 - our own expressions
+            if not _holds(expr, names):
                 return expr
         if shape is None:
             return None
@@ -50,19 +60,35 @@ class KernelSpace:
         if self.shared_bytes is not None:
             names["SHARED_BYTES"] = self.shared_bytes(point, {**env, **shape})
         for expr in self.launch_restrictions:
-            if not eval(expr, {"__builtins__": {}}, names):  # noqa: S307
+            if not _holds(expr, names):
                 return expr
         return None
 
     def points(self, env: Mapping[str, Any],
                shape: Mapping[str, Any] | None = None) -> list[Point]:
-        """Every valid point of the space, in a fixed order."""
+        """Every valid point of the space, in a fixed order (knobs in ``params`` order, values
+        in theirs). A restriction is checked as soon as the knobs it names are bound, so a
+        large space with few valid points is walked, not enumerated."""
         keys = list(self.params)
-        out = []
-        for values in itertools.product(*(self.params[k] for k in keys)):
-            point = dict(zip(keys, values))
-            if self.violated(point, env, shape) is None:
-                out.append(point)
+        due: list[list[str]] = [[] for _ in keys]
+        for expr in self.restrictions:
+            named = [keys.index(n) for n in _code(expr).co_names if n in self.params]
+            due[max(named, default=0)].append(expr)
+        out: list[Point] = []
+
+        def walk(depth: int, point: Point) -> None:
+            if depth == len(keys):
+                if shape is None or self.violated(point, env, shape) is None:
+                    out.append(dict(point))
+                return
+            for value in self.params[keys[depth]]:
+                point[keys[depth]] = value
+                names = {**env, **point}
+                if all(_holds(expr, names) for expr in due[depth]):
+                    walk(depth + 1, point)
+            del point[keys[depth]]
+
+        walk(0, {})
         return out
 
     def nearest(self, point: Mapping[str, Any], env: Mapping[str, Any],
@@ -77,8 +103,12 @@ class KernelSpace:
             return dict(point)
         return max(valid, key=lambda p: sum(p[k] == point[k] for k in p))
 
-    def complete(self, partial: Mapping[str, Any] | None) -> Point:
-        """``partial`` filled in from the default; unknown knobs and values are errors."""
+    def complete(self, partial: Mapping[str, Any] | None,
+                 env: Mapping[str, Any] | None = None) -> Point:
+        """``partial`` filled in from the default; unknown knobs and values are errors. With
+        the template constants ``env``, a default that breaks a restriction next to the given
+        knobs (``{"LAYOUT": 0}`` beside another layout's default) gives way to the valid point
+        that keeps every given knob and shares most values with the default."""
         partial = dict(partial or {})
         for key, value in partial.items():
             if key not in self.params:
@@ -87,7 +117,13 @@ class KernelSpace:
             if value not in self.params[key]:
                 raise ValueError(f"{self.kernel}: launch parameter {key}={value!r} is not one of "
                                  f"{list(self.params[key])}")
-        return {**self.default, **partial}
+        point = {**self.default, **partial}
+        if env is None or self.violated(point, env) is None:
+            return point
+        keeping = [p for p in self.points(env) if all(p[k] == v for k, v in partial.items())]
+        if not keeping:
+            return point
+        return max(keeping, key=lambda p: sum(p[k] == self.default[k] for k in p))
 
 
 def residual_pairs_space(kernel: str) -> KernelSpace:

@@ -10,11 +10,12 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
+from ..core.source import source_define
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
-# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0 cannot).
+# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0 and 2 cannot).
 MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 
 # Per-lane register rows. LAYOUT 0: q (and acc, or grad_ctx/q/grad_q in the backward) for every
@@ -24,6 +25,13 @@ _ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
            "LAYOUT": (0, 1)}
+# LAYOUT 2's knobs (forward): lanes per key, teams of warps per block, rows per team, queries in
+# registers. LAYOUT 0 and 1 read none of them and pin each to one value, so no variant repeats.
+_LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4), "ROWS": (1, 2, 4, 8), "QREG": (0, 1)}
+_PINNED = {"GROUP": 32, "TEAMS": 1, "ROWS": 1, "QREG": 0}
+# LAYOUT 2 per lane: acc (and q with QREG) for every horizon over GCOLS columns, one ln step.
+_GCOLS = "((HIDDEN_DIM + GROUP * VEC - 1) // (GROUP * VEC) * VEC)"
+_STAGES = source_define("pool", "STAGES")  # ring slots per warp
 
 
 def _nwarps(p: Mapping[str, Any]) -> int:
@@ -39,10 +47,13 @@ def _tile_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
-    h, d, k = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"]
-    return 4 * (h * k + 2 * _nwarps(p) * h + _nwarps(p) * h * d + 2 * h)
+    if p["LAYOUT"] == 2:  # ring, two sets of merge buffers, queries unless in registers
+        return 4 * (w * _STAGES * (32 // p["GROUP"]) * d + 2 * w * h * d + 4 * w * h
+                    + (0 if p["QREG"] else h * d))
+    return 4 * (h * k + 2 * w * h + w * h * d + 2 * h)
 
 
 def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -55,11 +66,17 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
-    kernel="pool.forward", params=_COMMON,
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 2, "LAYOUT": 0},
+    kernel="pool.forward", params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2},
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 2,
+             "ROWS": 2, "QREG": 1},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
-                  f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96"),
+                  f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
+                  "LAYOUT == 2 or (GROUP, TEAMS, ROWS, QREG) == (32, 1, 1, 0)",
+                  "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32)",
+                  # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling
+                  f"LAYOUT != 2 or ((1 + QREG) * N_HORIZONS + 1) * {_GCOLS} "
+                  "+ 2 * N_HORIZONS <= 200"),
     launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 
 BACKWARD_SPACE = KernelSpace(
@@ -87,11 +104,16 @@ def _check_keys(k: int) -> None:
         raise ValueError(f"PerHorizonAttentionPool: K must be at most {MAX_K}, got {k}")
 
 
+def _forward_blocks(p: Mapping[str, Any], b: int) -> int:
+    """One block per batch row, or in LAYOUT 2 per ROWS rows of each of TEAMS teams."""
+    return -(-b // (p["ROWS"] * p["TEAMS"])) if p["LAYOUT"] == 2 else b
+
+
 class PerHorizonAttentionPool(HorizonOp):
     """ctx, attn = pool.forward(q_h, ln); grad_q_h, grad_ln = pool.backward(q_h, ln, attn, grad_ctx).
 
-    Runs every N_HORIZONS <= 32, HIDDEN_DIM <= 1024 and K <= 65536; shapes the default layout
-    cannot hold fall back to LAYOUT 1.
+    Runs every N_HORIZONS <= 32, HIDDEN_DIM <= 1024 and K <= 65536; shapes the default launch
+    cannot hold fall back to its nearest valid point (LAYOUT 1 holds any shape in the range).
 
     ``launch={"forward": {...}, "backward": {...}}`` overrides the tuned or default launch
     parameters; ``chosen`` tells which were used by the last call and where they came from.
@@ -117,11 +139,12 @@ class PerHorizonAttentionPool(HorizonOp):
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
         plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
-            (b, 1, 1), (p["BLOCK"], 1, 1), forward_shared_bytes(p, {**self.template, "K": k})))
+            (_forward_blocks(p, b), 1, 1), (p["BLOCK"], 1, 1),
+            forward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
         plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, ctx.gpudata, attn.gpudata,
-                    k, self._scale, shared=plan.shared, stream=stream)
+                    k, self._scale, b, shared=plan.shared, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *, grad_attn: Any = None,
@@ -187,7 +210,7 @@ TENSORS = {"q_h": Tensor(("H", "D")), "ln": Tensor(("B", "K", "D")),
            "attn": Tensor(("B", "H", "K"), draw=softmax_rows), "grad_ctx": Tensor(("B", "H", "D")),
            "ctx": Tensor(("B", "H", "D")), "grad_q_h": Tensor(("H", "D")),
            "grad_ln": Tensor(("B", "K", "D"))}
-# The last four are wide model sizes (their own N_HORIZONS / HIDDEN_DIM), served by LAYOUT 1.
+# Three are wide model sizes (their own N_HORIZONS / HIDDEN_DIM).
 SUITE = ({"B": 2, "K": 8}, {"B": 256, "K": 64}, {"B": 1024, "K": 128}, {"B": 4096, "K": 64},
          {"B": 4096, "K": 256},
          {"N_HORIZONS": 8, "HIDDEN_DIM": 512, "B": 1024, "K": 128},

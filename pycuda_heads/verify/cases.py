@@ -65,7 +65,7 @@ class Case:
                  template: Mapping[str, int] | None = None, seed: int = 0):
         self.spec, self.shape, self.seed = spec, dict(shape), seed
         self.template = spec.template(template or SUITE_TEMPLATE)
-        self.params = spec.space.complete(params)
+        self.params = spec.space.complete(params, self.template)
         self.op = spec.make_op(self.template, self.params)
         self.inputs = shared_inputs(spec, self.template, self.shape, seed)
         self.floor_bytes = spec.floor_bytes(self.template, self.shape)
