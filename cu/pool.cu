@@ -8,8 +8,8 @@
 //     <= 32, HIDDEN_DIM <= 1024 and any K: per-key dot products one horizon at a time, the
 //     row's scores kept in global memory, weighted sums over keys split into column tiles.
 //   LAYOUT 2 (forward only): GROUP lanes per key, keys streamed through a per-warp ring of
-//     shared-memory slots filled by cp.async, teams of warps per batch row and blocks looping
-//     over ROWS rows per team; see its kernel below.
+//     shared-memory slots filled by cp.async, teams of warps per batch row, a grid of blocks
+//     looping over the rows; see its kernel below.
 #include "heads_common.cuh"
 
 #define NWARPS (BLOCK / 32)
@@ -494,8 +494,8 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 }
 #else
 // LAYOUT 2: the forward only (the backward space never selects it).
-//   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x*ROWS + r)*TEAMS +
-//   team, r < ROWS. In a row, warp wt of the team takes steps wt, wt+TW, ... of KPW = 32/GROUP
+//   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x + i*gridDim.x)*TEAMS
+//   + team, i = 0, 1, ... (the host sizes the grid: a row per team, or GRID blocks per SM). In a row, warp wt of the team takes steps wt, wt+TW, ... of KPW = 32/GROUP
 //   consecutive keys; lane group g (GROUP lanes) owns key g of the step and lane gl of the group
 //   holds columns (c*GROUP + gl)*VEC + v, so a score is a GROUP-lane butterfly, not a full warp.
 //   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots
@@ -601,8 +601,9 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
 
     // This team's rows and this warp's steps in each of them.
-    const int first_row = (blockIdx.x * ROWS) * TEAMS + team;
-    const int rows = max(0, min(ROWS, (B - first_row + TEAMS - 1) / TEAMS));
+    const int stride = gridDim.x * TEAMS;
+    const int first_row = blockIdx.x * TEAMS + team;
+    const int rows = first_row < B ? (B - first_row + stride - 1) / stride : 0;
     const int nsteps = (K + KPW - 1) / KPW;
     const int per_row = nsteps > wt ? (nsteps - wt + TW - 1) / TW : 0;
 
@@ -611,7 +612,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
     float* my_ring = ring + warp * STAGES * SLOT;
     auto issue = [&]() {
         if (pr < rows) {
-            const int b = first_row + pr * TEAMS;
+            const int b = first_row + pr * stride;
             const int k0 = (wt + pj * TW) * KPW;
             const float* src = ln + ((size_t)b * K + k0) * HIDDEN_DIM;
             float* dst = my_ring + pslot * SLOT;
@@ -630,7 +631,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 
     int cslot = 0;
     for (int r = 0; r < rows; ++r) {
-        const int b = first_row + r * TEAMS;
+        const int b = first_row + r * stride;
         float* attnb = attn + (size_t)b * N_HORIZONS * K;
         float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][GCOLS];
 #pragma unroll

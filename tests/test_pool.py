@@ -51,7 +51,7 @@ def test_launch_override_is_reported():
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
     assert pool.chosen["forward"] == {
         "params": {"BLOCK": 64, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 2,
-                   "ROWS": 2, "QREG": 1}, "source": "user"}
+                   "GRID": 0, "QREG": 0}, "source": "user"}
 
 
 def test_a_partial_launch_gets_its_layouts_values():
@@ -129,14 +129,15 @@ def test_layout_1_matches_reference(template, shape, params):
         assert_variant_passes(kernel, template, shape, space.nearest(params, template, shape))
 
 
-@pytest.mark.parametrize("h,d,b,k", [(8, 256, 2, 64), (32, 128, 2, 17), (5, 128, 1, 60000)])
-def test_shapes_layout_0_cannot_hold_run_on_layouts_2_and_1(h, d, b, k):
+@pytest.mark.parametrize("h,d,b,k,forward", [(8, 256, 2, 64, 2), (32, 128, 2, 17, 1),
+                                             (5, 128, 1, 60000, 2), (2, 1024, 3, 20, 2)])
+def test_shapes_layout_0_cannot_hold_run_on_layouts_2_and_1(h, d, b, k, forward):
     pool = ph.PerHorizonAttentionPool(h, d)
     rng = np.random.default_rng(7)
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     ctx, attn = pool.forward(q, ln)
     gq, gln = pool.backward(q, ln, attn, np.ones((b, h, d), F32), ctx=ctx)
-    assert pool.chosen["forward"]["params"]["LAYOUT"] == 2
+    assert pool.chosen["forward"]["params"]["LAYOUT"] == forward
     assert pool.chosen["backward"]["params"]["LAYOUT"] == 1
     rc, ra = ref.pool_forward(q, ln)
     np.testing.assert_allclose(ctx.get(), rc, rtol=1e-4, atol=1e-4 * np.abs(rc).max())
@@ -145,7 +146,7 @@ def test_shapes_layout_0_cannot_hold_run_on_layouts_2_and_1(h, d, b, k):
     np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
 
 
-# --- LAYOUT 2 (forward): lane groups, cp.async ring, teams, rows per team, queries in registers ---
+# --- LAYOUT 2 (forward): lane groups, cp.async ring, teams, persistent grid, queries in registers ---
 
 _L2 = {"LAYOUT": 2}
 
@@ -153,14 +154,15 @@ _L2 = {"LAYOUT": 2}
 @pytest.mark.parametrize("template,shape", [
     ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 7, "K": 45}),      # rows past B, a partial step
     ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 2, "K": 1}),
+    ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"B": 300, "K": 20}),    # GRID 1, 2: rows loop
     ({"N_HORIZONS": 3, "HIDDEN_DIM": 30}, {"B": 5, "K": 19}),       # no 16-byte copies
     ({"N_HORIZONS": 1, "HIDDEN_DIM": 1}, {"B": 3, "K": 70}),
-    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 3, "K": 33}),
+    ({"N_HORIZONS": 16, "HIDDEN_DIM": 128}, {"B": 3, "K": 33}),
     ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
     ({"N_HORIZONS": 1, "HIDDEN_DIM": 30}, {"B": 1, "K": 65536})])
 @pytest.mark.parametrize("params", [
-    {}, {"QREG": 0}, {"GROUP": 16, "ROWS": 1}, {"GROUP": 32, "TEAMS": 1, "ROWS": 8},
-    {"BLOCK": 256, "TEAMS": 4, "ROWS": 4}, {"BLOCK": 64, "TEAMS": 1, "VEC": 1}],
+    {}, {"QREG": 1}, {"GROUP": 16, "TEAMS": 2}, {"GROUP": 32, "TEAMS": 1, "GRID": 1},
+    {"BLOCK": 256, "TEAMS": 2, "GRID": 4}, {"BLOCK": 64, "TEAMS": 1, "VEC": 1, "GRID": 2}],
     ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
 def test_layout_2_matches_reference(template, shape, params):
     space = ph.PerHorizonAttentionPool.SPACES["forward"]

@@ -1,6 +1,6 @@
 """CPU: every shape in the pool's supported range has a valid launch point, found the way the
 op finds it (the default, else its nearest valid point); the forward runs LAYOUT 2 across the
-range and the backward LAYOUT 0 where it fits, LAYOUT 1 elsewhere."""
+range but the widest heads (LAYOUT 1), the backward LAYOUT 0 where it fits, LAYOUT 1 elsewhere."""
 from __future__ import annotations
 
 import pytest
@@ -31,21 +31,22 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
     shape = {"B": 4096, "K": 256}
     assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, suite, shape)["LAYOUT"] == 2
     assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, suite, shape)["LAYOUT"] == 0
-    for template, k in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64),
-                        ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64),
-                        ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64),
-                        ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000)):
+    for template, k, forward in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64, 2),
+                                 ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64, 1),
+                                 ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, 64, 1),
+                                 ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64, 2),
+                                 ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000, 2)):
         shape = {"B": 1, "K": k}
-        assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, template, shape)["LAYOUT"] == 2
+        assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, template, shape)["LAYOUT"] == forward
         assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, template, shape)["LAYOUT"] == 1
 
 
 def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     """No two valid points of one layout differ only in a knob that layout ignores."""
-    for template in ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"N_HORIZONS": 32, "HIDDEN_DIM": 30}):
+    for template in ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"N_HORIZONS": 16, "HIDDEN_DIM": 30}):
         points = FORWARD_SPACE.points(template)
         read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"),
-                2: ("BLOCK", "VEC", "GROUP", "TEAMS", "ROWS", "QREG")}
+                2: ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "QREG")}
         keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
         assert len(keys) == len(set(keys))
 

@@ -93,5 +93,12 @@ def max_shared_bytes() -> int:
     return dev.get_attribute(drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
 
+@lru_cache(maxsize=None)
+def sm_count() -> int:
+    """Streaming multiprocessors of the device (what a persistent grid is sized by)."""
+    drv = cuda()
+    return drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+
+
 def compute_capability() -> tuple[int, int]:
     return cuda().Context.get_device().compute_capability()

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
+from ..core import device
 from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
 from ..core.source import source_define
@@ -25,10 +26,10 @@ _ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
            "LAYOUT": (0, 1)}
-# LAYOUT 2's knobs (forward): lanes per key, teams of warps per block, rows per team, queries in
-# registers. LAYOUT 0 and 1 read none of them and pin each to one value, so no variant repeats.
-_LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4), "ROWS": (1, 2, 4, 8), "QREG": (0, 1)}
-_PINNED = {"GROUP": 32, "TEAMS": 1, "ROWS": 1, "QREG": 0}
+# LAYOUT 2's knobs (forward): lanes per key, teams of warps per block (a row each), queries in
+# registers, and the grid: a block per TEAMS rows (GRID 0) or GRID blocks per SM looping over
+# the rows (no partial last wave). LAYOUT 0 and 1 read none of them and pin each to one value.
+_LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4), "QREG": (0, 1)}
 # LAYOUT 2 per lane: acc (and q with QREG) for every horizon over GCOLS columns, one ln step.
 _GCOLS = "((HIDDEN_DIM + GROUP * VEC - 1) // (GROUP * VEC) * VEC)"
 _STAGES = source_define("pool", "STAGES")  # ring slots per warp
@@ -67,13 +68,16 @@ _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
     kernel="pool.forward", params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2},
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 2,
-             "ROWS": 2, "QREG": 1},
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
+             "GRID": 0, "QREG": 0},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
-                  "LAYOUT == 2 or (GROUP, TEAMS, ROWS, QREG) == (32, 1, 1, 0)",
+                  "LAYOUT == 2 or (GROUP, TEAMS, GRID, QREG) == (32, 1, 0, 0)",
                   "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32)",
+                  # wider heads: measured 2-3x slower than LAYOUT 1 on the H200 (a butterfly per
+                  # horizon and key); LAYOUT 1 serves them
+                  "LAYOUT != 2 or N_HORIZONS * HIDDEN_DIM <= 2048",
                   # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling
                   f"LAYOUT != 2 or ((1 + QREG) * N_HORIZONS + 1) * {_GCOLS} "
                   "+ 2 * N_HORIZONS <= 200"),
@@ -105,8 +109,11 @@ def _check_keys(k: int) -> None:
 
 
 def _forward_blocks(p: Mapping[str, Any], b: int) -> int:
-    """One block per batch row, or in LAYOUT 2 per ROWS rows of each of TEAMS teams."""
-    return -(-b // (p["ROWS"] * p["TEAMS"])) if p["LAYOUT"] == 2 else b
+    """One block per batch row; in LAYOUT 2 one per TEAMS rows, at most GRID per SM."""
+    if p["LAYOUT"] != 2:
+        return b
+    blocks = -(-b // p["TEAMS"])
+    return min(blocks, p["GRID"] * device.sm_count()) if p["GRID"] else blocks
 
 
 class PerHorizonAttentionPool(HorizonOp):
