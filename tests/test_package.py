@@ -42,6 +42,25 @@ def test_space_restrictions_and_completion():
     assert space.complete({"BLOCK": 32}) == {"BLOCK": 32, "VEC": 4}
     with pytest.raises(ValueError, match="VEC=3 is not one of"):
         space.complete({"VEC": 3})
+    # with the template, a default breaking a restriction beside the given knobs gives way
+    assert space.complete({"BLOCK": 32}, {"HIDDEN_DIM": 30}) == {"BLOCK": 32, "VEC": 1}
+
+
+def test_points_prune_early_and_agree_with_checking_every_combination():
+    import itertools
+    params = {"A": (1, 2, 3), "B": (0, 1), "C": (4, 8, 16), "D": (0, 1)}
+    space = KernelSpace("k", params, {"A": 1, "B": 0, "C": 4, "D": 0},
+                        restrictions=("A != 3 or B == 0", "C * A <= 24 + N", "D == 0 or C == 16"))
+    every = [dict(zip(params, v)) for v in itertools.product(*params.values())]
+    for n in (0, 24):
+        assert space.points({"N": n}) == [p for p in every if space.violated(p, {"N": n}) is None]
+
+
+def test_source_define_reads_the_kernel_source():
+    from pycuda_heads.core.source import source_define
+    assert source_define("pool", "STAGES") >= 2
+    with pytest.raises(ValueError, match="defines no integer"):
+        source_define("pool", "NO_SUCH_NAME")
 
 
 @pytest.mark.parametrize("kernel", sorted(catalog().specs))

@@ -223,3 +223,28 @@ def test_a_tpe_study_starts_with_the_points_a_sweep_compiles_ahead(tmp_path):
     trials = study_of(tmp_path, task).trials
     assert [t.params for t in trials][:STARTUP_TRIALS] == startup and len(trials) == 12
     assert all(t.state in COUNTED for t in trials)
+
+
+def test_a_retune_starts_from_the_shipped_point(monkeypatch):
+    """The shipped table's entry for the task, whatever sources it was tuned on, is the second
+    startup trial, completed for knobs the space gained since; an entry that can no longer run
+    there, or that names another shape, is left out."""
+    from pycuda_heads.tuning import spaces
+    spec = catalog()["pool.forward"]
+    shape = {"B": 64, "K": 4096}
+    old = {"BLOCK": 512, "VEC": 2, "UNROLL": 4, "LAYOUT": 0}  # tuned before LAYOUT 2's knobs
+    entries = [{"kernel": "pool.forward", "shape": {"B": 2, "K": 8}, "params": dict(FAST),
+                "template": {"N_HORIZONS": 5, "HIDDEN_DIM": 128}},
+               {"kernel": "pool.forward", "shape": shape, "params": old,
+                "template": {"N_HORIZONS": 5, "HIDDEN_DIM": 128}}]
+    monkeypatch.setattr(spaces, "load_table", lambda slug: {"entries": entries})
+    task = TuningTask.from_spec(spec, shape, "Toy GPU", "toy-gpu")
+    startup = spaces.startup_points(task, trials=12, seed=0)
+    assert startup[0] == task.baseline
+    assert startup[1] == {**old, "GROUP": 32, "TEAMS": 1, "GRID": 0, "QREG": 0}
+    assert len({json.dumps(p, sort_keys=True) for p in startup}) == len(startup)
+
+    entries[1]["params"] = {**old, "VEC": 3}  # no longer a value of the space
+    stale = TuningTask.from_spec(spec, shape, "Toy GPU", "toy-gpu")
+    assert stale.shipped is None
+    assert spaces.startup_points(stale, trials=12, seed=0)[0] == stale.baseline
