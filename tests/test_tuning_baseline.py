@@ -248,3 +248,15 @@ def test_a_retune_starts_from_the_shipped_point(monkeypatch):
     stale = TuningTask.from_spec(spec, shape, "Toy GPU", "toy-gpu")
     assert stale.shipped is None
     assert spaces.startup_points(stale, trials=12, seed=0)[0] == stale.baseline
+
+
+def test_startup_draws_every_layout_before_repeating_knob_values():
+    """pool.forward has few LAYOUT 0 and 1 points among many of LAYOUT 2: TPE's random start
+    still tries each layout."""
+    from pycuda_heads.tuning.spaces import STARTUP_TRIALS, startup_points
+    task = TuningTask.from_spec(catalog()["pool.forward"], {"B": 256, "K": 64}, "Toy GPU", "toy-gpu")
+    for seed in range(5):
+        startup = startup_points(task, trials=STARTUP_TRIALS, seed=seed)
+        assert {p["LAYOUT"] for p in startup} == {0, 1, 2}
+        assert {p["GROUP"] for p in startup} == {8, 16, 32}
+        assert startup_points(task, trials=4, seed=seed) == startup[:4]

@@ -44,14 +44,27 @@ STARTUP_TRIALS = 10
 def startup_points(task: "TuningTask", trials: int, seed: int) -> list[Point]:
     """The first min(trials, STARTUP_TRIALS) trials of the task's TPE study: its baseline, the
     shipped table's point for the task (so a re-tune after a source change starts from what
-    won before), then valid points drawn at random with a seed of ``seed`` and the task's name."""
+    won before), then valid points drawn at random with a seed of ``seed`` and the task's name,
+    those bringing most knob values not drawn yet first (so a layout that few valid points
+    take is still tried before TPE models the results)."""
     first = [dict(task.baseline)]
     if task.shipped is not None and task.shipped != task.baseline:
         first.append(task.shipped)
     valid = [p for p in all_points(task)[1:]
              if p not in first and task.space.violated(p, task.template, task.launch_env) is None]
-    random.Random(f"{seed}:{task.name}").shuffle(valid)  # a prefix for any number of trials
-    return (first + valid)[:max(1, min(trials, STARTUP_TRIALS))]
+    random.Random(f"{seed}:{task.name}").shuffle(valid)
+    # Greedy cover: the next point is the (first drawn) one with the most knob values not drawn
+    # yet; the order does not depend on trials, so it is a prefix for any number of them.
+    seen = {(k, v) for p in first for k, v in p.items()}
+    order = first
+    while valid and len(order) < STARTUP_TRIALS:
+        gains = [sum((k, v) not in seen for k, v in p.items()) for p in valid]
+        best = max(range(len(valid)), key=gains.__getitem__)
+        if gains[best] == 0:
+            break
+        seen.update(valid[best].items())
+        order = order + [valid.pop(best)]
+    return (order + valid)[:max(1, min(trials, STARTUP_TRIALS))]
 
 
 def point_key(point: Mapping[str, Any]) -> str:
