@@ -13,9 +13,9 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 
 from pycuda_heads.core.op import op_source_hash
-from pycuda_heads.core.tuned import load_table
 from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, KernelSpace, Point
 from pycuda_heads.core.spec import KernelSpec
+from pycuda_heads.core.tuned import load_table
 from pycuda_heads.records import dims_label
 
 
