@@ -53,9 +53,12 @@ class KernelSpace:
         for expr in self.restrictions:
             if not _holds(expr, names):
                 return expr
-        if shape is None:
-            return None
-        names.update(shape)
+        return None if shape is None else self._launch_violated(point, env, shape)
+
+    def _launch_violated(self, point: Mapping[str, Any], env: Mapping[str, Any],
+                         shape: Mapping[str, Any]) -> str | None:
+        """The first launch restriction ``point`` breaks at ``shape``, or None."""
+        names = {**env, **point, **shape}
         names.setdefault("MAX_SHARED_BYTES", SM90_MAX_SHARED_BYTES)
         if self.shared_bytes is not None:
             names["SHARED_BYTES"] = self.shared_bytes(point, {**env, **shape})
@@ -78,7 +81,7 @@ class KernelSpace:
 
         def walk(depth: int, point: Point) -> None:
             if depth == len(keys):
-                if shape is None or self.violated(point, env, shape) is None:
+                if shape is None or self._launch_violated(point, env, shape) is None:
                     out.append(dict(point))
                 return
             for value in self.params[keys[depth]]:
