@@ -7,9 +7,9 @@
 //   LAYOUT 1: one block per batch row, bounded registers and shared memory for any N_HORIZONS
 //     <= 32, HIDDEN_DIM <= 1024 and any K: per-key dot products one horizon at a time, the
 //     row's scores kept in global memory, weighted sums over keys split into column tiles.
-//   LAYOUT 2 (forward only): GROUP lanes per key, keys streamed through a per-warp ring of
-//     shared-memory slots filled by cp.async, teams of warps per batch row, a grid of blocks
-//     looping over the rows; see its kernel below.
+//   LAYOUT 2: GROUP lanes per key, keys streamed through a per-warp ring of shared-memory
+//     slots filled by cp.async, teams of warps per batch row, a grid of blocks looping over the
+//     rows; the backward reads ln once and keeps grad_q_h's partial in registers. See below.
 #include "heads_common.cuh"
 
 #define NWARPS (BLOCK / 32)
@@ -78,7 +78,8 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 const float p = __expf(sc - mn);
                 l[h] = fmaf(l[h], corr, p);
 #pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = fmaf(acc[h][j], corr, p * x[u][j]);
+                for (int j = 0; j < ROW_PER_LANE; ++j)
+                    acc[h][j] = fmaf(acc[h][j], corr, p * x[u][j]);
                 m[h] = mn;
             }
         }
@@ -101,7 +102,8 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
         float mx = -INFINITY;
         for (int w = 0; w < NWARPS; ++w) mx = fmaxf(mx, wm[w * N_HORIZONS + h]);
         float sum = 0.f;
-        for (int w = 0; w < NWARPS; ++w) sum += wl[w * N_HORIZONS + h] * expf(wm[w * N_HORIZONS + h] - mx);
+        for (int w = 0; w < NWARPS; ++w)
+            sum += wl[w * N_HORIZONS + h] * expf(wm[w * N_HORIZONS + h] - mx);
         fm[h] = mx;
         fl[h] = sum;
     }
@@ -136,7 +138,8 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
               const float* __restrict__ attn, const float* __restrict__ grad_ctx,
               const float* __restrict__ grad_attn, const float* __restrict__ ctx,
               float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
-              float* __restrict__ ds_scratch, const int K, const float scale)
+              float* __restrict__ ds_scratch, const int K, const float scale,
+              const int B)
 {
     extern __shared__ float smem[];
     float* red = smem;
@@ -404,7 +407,8 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
               const float* __restrict__ attn, const float* __restrict__ grad_ctx,
               const float* __restrict__ grad_attn, const float* __restrict__ ctx,
               float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
-              float* __restrict__ ds_scratch, const int K, const float scale)
+              float* __restrict__ ds_scratch, const int K, const float scale,
+              const int B)
 {
     extern __shared__ float smem[];
     __shared__ float cw[NWARPS][N_HORIZONS], sc[N_HORIZONS];
@@ -443,7 +447,8 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     if (gab)
         for (int h = warp; h < N_HORIZONS; h += NWARPS) {
             float v = 0.f;
-            for (int k = lane; k < K; k += 32) v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
+            for (int k = lane; k < K; k += 32)
+                v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
             v = warp_sum(v);
             if (lane == h) share += v;
         }
@@ -493,42 +498,40 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     weighted_rows(dsb, lnb, K, scale, gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);
 }
 #else
-// LAYOUT 2: the forward only (the backward space never selects it).
+// LAYOUT 2: lane groups over keys, a cp.async ring per warp, teams of warps per batch row.
 //   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x + i*gridDim.x)*TEAMS
-//   + team, i = 0, 1, ... (the host sizes the grid: a row per team, or GRID blocks per SM). In a row, warp wt of the team takes steps wt, wt+TW, ... of KPW = 32/GROUP
-//   consecutive keys; lane group g (GROUP lanes) owns key g of the step and lane gl of the group
-//   holds columns (c*GROUP + gl)*VEC + v, so a score is a GROUP-lane butterfly, not a full warp.
-//   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots
-//   (one step of ln rows each), filled by cp.async STAGES-1 steps ahead, across row ends.
-//   Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)), per lane group; the
-//   running max moves only when a score passes it by MARGIN (a warp vote), so most keys skip
-//   the rescale. Raw scores go to attn and are normalised in place at the row's end.
-//   Row end: groups merge by butterfly, the team's warps through shared memory (one team
-//   barrier per row; the merge buffers alternate between rows so the next row's writes cannot
-//   meet this row's reads). Every sum runs in a fixed order: no atomics, bitwise reproducible.
-//   Dynamic shared memory (floats): ring [NWARPS][STAGES][SLOT], merge accumulators
-//   [2][NWARPS][N_HORIZONS*HIDDEN_DIM], merge max/sum [2][NWARPS][N_HORIZONS][2], and with
-//   QREG == 0 the scaled queries [N_HORIZONS*HIDDEN_DIM] (QREG == 1 keeps them in registers).
+//   + team, i = 0, 1, ... (the host sizes the grid: a row per team, or GRID blocks per SM).
+//   In a row, warp wt of the team takes steps wt, wt+TW, ... of KPW = 32/GROUP consecutive
+//   keys; lane group g (GROUP lanes) owns key g of the step and lane gl of the group holds
+//   columns (c*GROUP + gl)*VEC + v, so a per-key dot product is a GROUP-lane butterfly.
+//   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots,
+//   filled by cp.async STAGES-1 steps ahead, across row ends. MIN_BLOCKS caps the registers
+//   so that many blocks fit on an SM. Every sum runs in a fixed order: no atomics, bitwise
+//   reproducible for a given grid.
 #define STAGES 4
 #define KPW (32 / GROUP)
 #define GCHUNKS ((HIDDEN_DIM + GROUP * VEC - 1) / (GROUP * VEC))
 #define GCOLS (GCHUNKS * VEC)
 #define TW (NWARPS / TEAMS)
-#define SLOT (KPW * HIDDEN_DIM)
 #define MARGIN 8.f
 #define LOG2E 1.4426950408889634f
+// Ring slot (floats): the step's KPW ln rows; the backward's also holds attn and grad_attn
+// at those keys ([2][N_HORIZONS][KPW], rounded up to keep slots 16-byte aligned).
+#define FSLOT (KPW * HIDDEN_DIM)
+#define BEXTRA ((2 * N_HORIZONS * KPW + 3) / 4 * 4)
+#define BSLOT (FSLOT + BEXTRA)
 
-// VEC floats from global src to shared dst, asynchronously; valid == false writes zeros.
+// BYTES from global src to shared dst, asynchronously; valid == false writes zeros.
+template <int BYTES>
 __device__ __forceinline__ void copy_async(float* dst, const float* src, const bool valid)
 {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    const int n = valid ? 4 * VEC : 0;
-#if VEC == 4
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n));
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                 :: "r"(d), "l"(src), "n"(4 * VEC), "r"(n));
-#endif
+    const int n = valid ? BYTES : 0;
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                     :: "r"(d), "l"(src), "n"(BYTES), "r"(n));
 }
 
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -550,7 +553,8 @@ __device__ __forceinline__ void group_cols(const float* row, const int gl, float
         if (d < HIDDEN_DIM) {
             if (VEC == 4) {
                 const float4 t = *reinterpret_cast<const float4*>(row + d);
-                out[c * VEC] = t.x; out[c * VEC + 1] = t.y; out[c * VEC + 2] = t.z; out[c * VEC + 3] = t.w;
+                out[c * VEC] = t.x; out[c * VEC + 1] = t.y;
+                out[c * VEC + 2] = t.z; out[c * VEC + 3] = t.w;
             } else if (VEC == 2) {
                 const float2 t = *reinterpret_cast<const float2*>(row + d);
                 out[c * VEC] = t.x; out[c * VEC + 1] = t.y;
@@ -559,6 +563,28 @@ __device__ __forceinline__ void group_cols(const float* row, const int gl, float
             }
         }
     }
+}
+
+// The columns lane gl holds, times mult, into row (VEC-wide stores; nothing past HIDDEN_DIM).
+__device__ __forceinline__ void store_group_cols(float* row, const int gl, const float* in,
+                                                 const float mult)
+{
+#pragma unroll
+    for (int c = 0; c < GCHUNKS; ++c) {
+        const int d = (c * GROUP + gl) * VEC;
+        float o[VEC];
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) o[v] = in[c * VEC + v] * mult;
+        if (d < HIDDEN_DIM) store_vec<VEC>(row + d, o);
+    }
+}
+
+// v summed over the warp's lane groups (lanes gl, gl+GROUP, ...): every group ends with the sum.
+__device__ __forceinline__ float across_groups(float v)
+{
+#pragma unroll
+    for (int o = GROUP; o < 32; o <<= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
 }
 
 __device__ __forceinline__ void team_sync(const int team)
@@ -572,15 +598,74 @@ __device__ __forceinline__ void team_sync(const int team)
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK)
+// A warp's rows (r = 0 .. rows-1) and its steps j = 0 .. per_row-1 in each of them.
+struct Walk {
+    int first_row, stride, rows, per_row, wt;
+    __device__ Walk(const int B, const int K, const int team, const int wt_) : wt(wt_) {
+        stride = gridDim.x * TEAMS;
+        first_row = blockIdx.x * TEAMS + team;
+        rows = first_row < B ? (B - first_row + stride - 1) / stride : 0;
+        const int nsteps = (K + KPW - 1) / KPW;
+        per_row = nsteps > wt ? (nsteps - wt + TW - 1) / TW : 0;
+    }
+    __device__ int row(const int r) const { return first_row + r * stride; }
+    __device__ int key0(const int j) const { return (wt + j * TW) * KPW; }
+};
+
+// The producer side of a warp's ring: the (row, step) it copies next and the slot it goes to.
+// A slot gets ln rows key0 .. key0+KPW-1 (zeros past K) and, when `extra`, attn and grad_attn
+// at those keys (zeros where grad_attn is absent).
+template <int SLOT>
+struct Ring {
+    float* slots;
+    int pr, pj, pslot;
+    __device__ Ring(float* s, const Walk& w)
+        : slots(s), pr(w.per_row ? 0 : w.rows), pj(0), pslot(0) {}
+
+    __device__ void issue(const Walk& w, const float* __restrict__ ln,
+                          const float* __restrict__ attn, const float* __restrict__ gab,
+                          const int K, const int lane, const bool extra)
+    {
+        if (pr < w.rows) {
+            const int b = w.row(pr), k0 = w.key0(pj);
+            const float* src = ln + ((size_t)b * K + k0) * HIDDEN_DIM;
+            float* dst = slots + pslot * SLOT;
+#pragma unroll 4
+            for (int i = lane; i < FSLOT / VEC; i += 32) {
+                const bool valid = k0 + i * VEC / HIDDEN_DIM < K;
+                copy_async<4 * VEC>(dst + i * VEC, valid ? src + i * VEC : ln, valid);
+            }
+            for (int i = lane; extra && i < 2 * N_HORIZONS * KPW; i += 32) {
+                const int h = i / KPW % N_HORIZONS, j = i % KPW;
+                const float* from = i < N_HORIZONS * KPW ? attn : gab;
+                const bool valid = from != nullptr && k0 + j < K;
+                copy_async<4>(dst + FSLOT + i,
+                              valid ? from + ((size_t)b * N_HORIZONS + h) * K + k0 + j : ln, valid);
+            }
+            if (++pj == w.per_row) { pj = 0; ++pr; }
+            pslot = pslot + 1 == STAGES ? 0 : pslot + 1;
+        }
+        copy_commit();
+    }
+};
+
+// Forward. Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)), per lane group;
+// the running max moves only when a score passes it by MARGIN (a warp vote), so most keys skip
+// the rescale. Raw scores go to attn and are normalised in place at the row's end.
+// Row end: groups merge by butterfly. A one-warp team then writes ctx and attn from its
+// registers; larger teams merge through shared memory (one team barrier per row; the merge
+// buffers alternate between rows so the next row's writes cannot meet this row's reads).
+// Dynamic shared memory (floats): ring [NWARPS][STAGES][FSLOT]; with QREG == 0 the scaled
+// queries [N_HORIZONS*HIDDEN_DIM] (QREG == 1 keeps them in registers); with TW > 1 the merge
+// accumulators [2][NWARPS][N_HORIZONS*HIDDEN_DIM] and max/sum [2][NWARPS][N_HORIZONS][2].
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
              float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
              const int B)
 {
     extern __shared__ __align__(16) float smem[];
     float* ring = smem;
-    float* macc = ring + NWARPS * STAGES * SLOT;
-    float* mml = macc + 2 * NWARPS * N_HORIZONS * HIDDEN_DIM;
+    float* qs = ring + NWARPS * STAGES * FSLOT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int team = warp / TW, wt = warp % TW;
     const int g = lane / GROUP, gl = lane % GROUP;
@@ -594,44 +679,22 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #pragma unroll
         for (int j = 0; j < GCOLS; ++j) q[h][j] *= qscale;
     }
+    float* macc = qs;
 #else
-    float* qs = mml + 4 * NWARPS * N_HORIZONS;
     for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * qscale;
     __syncthreads();
+    float* macc = qs + N_HORIZONS * HIDDEN_DIM;
 #endif
+    float* mml = macc + 2 * NWARPS * N_HORIZONS * HIDDEN_DIM;
 
-    // This team's rows and this warp's steps in each of them.
-    const int stride = gridDim.x * TEAMS;
-    const int first_row = blockIdx.x * TEAMS + team;
-    const int rows = first_row < B ? (B - first_row + stride - 1) / stride : 0;
-    const int nsteps = (K + KPW - 1) / KPW;
-    const int per_row = nsteps > wt ? (nsteps - wt + TW - 1) / TW : 0;
-
-    // Producer: the next (row, step) to copy and the slot it goes to.
-    int pr = per_row ? 0 : rows, pj = 0, pslot = 0;
-    float* my_ring = ring + warp * STAGES * SLOT;
-    auto issue = [&]() {
-        if (pr < rows) {
-            const int b = first_row + pr * stride;
-            const int k0 = (wt + pj * TW) * KPW;
-            const float* src = ln + ((size_t)b * K + k0) * HIDDEN_DIM;
-            float* dst = my_ring + pslot * SLOT;
-#pragma unroll 4
-            for (int i = lane; i < SLOT / VEC; i += 32) {
-                const bool valid = k0 + i * VEC / HIDDEN_DIM < K;
-                copy_async(dst + i * VEC, valid ? src + i * VEC : ln, valid);
-            }
-            if (++pj == per_row) { pj = 0; ++pr; }
-            pslot = pslot + 1 == STAGES ? 0 : pslot + 1;
-        }
-        copy_commit();
-    };
+    const Walk w(B, K, team, wt);
+    Ring<FSLOT> ring_in(ring + warp * STAGES * FSLOT, w);
 #pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) issue();
+    for (int i = 0; i < STAGES - 1; ++i) ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
 
     int cslot = 0;
-    for (int r = 0; r < rows; ++r) {
-        const int b = first_row + r * stride;
+    for (int r = 0; r < w.rows; ++r) {
+        const int b = w.row(r);
         float* attnb = attn + (size_t)b * N_HORIZONS * K;
         float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][GCOLS];
 #pragma unroll
@@ -641,14 +704,14 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #pragma unroll
             for (int j = 0; j < GCOLS; ++j) acc[h][j] = 0.f;
         }
-        for (int j = 0; j < per_row; ++j) {
-            issue();
+        for (int j = 0; j < w.per_row; ++j) {
+            ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
             copy_wait();
             __syncwarp();
-            const int k = (wt + j * TW) * KPW + g;
+            const int k = w.key0(j) + g;
             const bool valid = k < K;
             float x[GCOLS];
-            group_cols(my_ring + cslot * SLOT + g * HIDDEN_DIM, gl, x);
+            group_cols(ring_in.slots + cslot * FSLOT + g * HIDDEN_DIM, gl, x);
 #pragma unroll
             for (int h = 0; h < N_HORIZONS; ++h) {
 #if QREG
@@ -680,26 +743,39 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
             cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
         }
 
-        // Merge the lane groups (butterfly over groups), then the team's warps.
-        float* wacc = macc + ((r & 1) * NWARPS + warp) * N_HORIZONS * HIDDEN_DIM;
-        float* wml = mml + ((r & 1) * NWARPS + warp) * N_HORIZONS * 2;
+        // Merge the lane groups: every group ends with the warp's max, sum and accumulators.
 #pragma unroll
         for (int h = 0; h < N_HORIZONS; ++h) {
             float mx = m[h];
 #pragma unroll
             for (int o = GROUP; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
             const float f = m[h] == -INFINITY ? 0.f : exp2f(m[h] - mx);
-            float sum = l[h] * f;
+            l[h] = across_groups(l[h] * f);
 #pragma unroll
-            for (int o = GROUP; o < 32; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+            for (int c = 0; c < GCOLS; ++c) acc[h][c] = across_groups(acc[h][c] * f);
+            m[h] = mx;
+        }
+        float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+#if TW == 1
+        // The warp is the whole team: ctx from its registers (group h % KPW writes horizon h),
+        // then the raw scores its lanes wrote are normalised.
 #pragma unroll
-            for (int c = 0; c < GCOLS; ++c) {
-                float a = acc[h][c] * f;
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            l[h] = 1.f / l[h];
+            if (h % KPW == g) store_group_cols(ctxb + h * HIDDEN_DIM, gl, acc[h], l[h]);
+        }
+        __syncwarp();
+#pragma unroll 1
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float* ah = attnb + (size_t)h * K;
+            for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - m[h]) * l[h];
+        }
+#else
+        float* wacc = macc + ((r & 1) * NWARPS + warp) * N_HORIZONS * HIDDEN_DIM;
+        float* wml = mml + ((r & 1) * NWARPS + warp) * N_HORIZONS * 2;
+        if (g == 0) {
 #pragma unroll
-                for (int o = GROUP; o < 32; o <<= 1) a += __shfl_xor_sync(FULL_MASK, a, o);
-                acc[h][c] = a;
-            }
-            if (g == 0) {
+            for (int h = 0; h < N_HORIZONS; ++h) {
 #pragma unroll
                 for (int c = 0; c < GCHUNKS; ++c) {
                     const int d = (c * GROUP + gl) * VEC;
@@ -708,8 +784,8 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                         if (d + v < HIDDEN_DIM) wacc[h * HIDDEN_DIM + d + v] = acc[h][c * VEC + v];
                 }
                 if (gl == 0) {
-                    wml[2 * h] = mx;
-                    wml[2 * h + 1] = sum;
+                    wml[2 * h] = m[h];
+                    wml[2 * h + 1] = l[h];
                 }
             }
         }
@@ -723,26 +799,170 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
         for (int h = 0; h < N_HORIZONS; ++h) {
             float mt = -INFINITY;
 #pragma unroll
-            for (int w = 0; w < TW; ++w) mt = fmaxf(mt, tml[w * N_HORIZONS * 2 + 2 * h]);
+            for (int v = 0; v < TW; ++v) mt = fmaxf(mt, tml[v * N_HORIZONS * 2 + 2 * h]);
             float f[TW], lt = 0.f;
 #pragma unroll
-            for (int w = 0; w < TW; ++w) {
-                const float mw = tml[w * N_HORIZONS * 2 + 2 * h];
-                f[w] = mw == -INFINITY ? 0.f : exp2f(mw - mt);
-                lt = fmaf(tml[w * N_HORIZONS * 2 + 2 * h + 1], f[w], lt);
+            for (int v = 0; v < TW; ++v) {
+                const float mv = tml[v * N_HORIZONS * 2 + 2 * h];
+                f[v] = mv == -INFINITY ? 0.f : exp2f(mv - mt);
+                lt = fmaf(tml[v * N_HORIZONS * 2 + 2 * h + 1], f[v], lt);
             }
             const float inv = 1.f / lt;
-            float* ctxh = ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM;
+            float* ctxh = ctxb + h * HIDDEN_DIM;
             for (int d = t; d < HIDDEN_DIM; d += TW * 32) {
                 float v = 0.f;
 #pragma unroll
-                for (int w = 0; w < TW; ++w)
-                    v = fmaf(tacc[w * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM + d], f[w], v);
+                for (int u = 0; u < TW; ++u)
+                    v = fmaf(tacc[u * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM + d], f[u], v);
                 ctxh[d] = v * inv;
             }
             float* ah = attnb + (size_t)h * K;
             for (int k = t; k < K; k += TW * 32) ah[k] = exp2f(ah[k] - mt) * inv;
         }
+#endif
+    }
+}
+
+// Backward in one pass over ln. Per row, every warp of the team forms c[h] itself:
+// grad_ctx[b,h,:] . ctx[b,h,:] given the forward's ctx (else sum_k attn*dw over the whole row,
+// a pass of its own), plus sum_k attn*grad_attn. Per key (its ln row, attn and grad_attn from
+// the ring): dw = grad_ctx[b,h,:] . ln[b,k,:] (a group butterfly), d = attn*(dw + grad_attn - c);
+// the grad_ln row sum_h attn*grad_ctx + scale*d*q_h is written once from registers, and
+// grad_q_h's partial sum d*ln stays in registers across all of the warp's rows. At the end the
+// groups merge by butterfly and the warps in warp order through shared memory into the block's
+// scratch row gq_scratch[blockIdx.x] (reduced over blocks by reduce_axis0).
+// Dynamic shared memory (floats): ring [NWARPS][STAGES][BSLOT], reused at the end for the
+// per-warp partials [NWARPS][N_HORIZONS*HIDDEN_DIM] (the region is the larger of the two), then
+// the queries times scale [N_HORIZONS*HIDDEN_DIM].
+#define BRING (NWARPS * (STAGES * BSLOT > N_HORIZONS * HIDDEN_DIM ? STAGES * BSLOT \
+                                                                    : N_HORIZONS * HIDDEN_DIM))
+extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
+pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
+              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+              const float* __restrict__ grad_attn, const float* __restrict__ ctx,
+              float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
+              float* __restrict__ ds_scratch, const int K, const float scale, const int B)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem + BRING;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int team = warp / TW, wt = warp % TW;
+    const int g = lane / GROUP, gl = lane % GROUP;
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * scale;
+    __syncthreads();
+
+    const Walk w(B, K, team, wt);
+    Ring<BSLOT> ring_in(smem + warp * STAGES * BSLOT, w);
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) ring_in.issue(w, ln, attn, grad_attn, K, lane, true);
+
+    float gq[N_HORIZONS][GCOLS];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h)
+#pragma unroll
+        for (int c = 0; c < GCOLS; ++c) gq[h][c] = 0.f;
+
+    int cslot = 0;
+    for (int r = 0; r < w.rows; ++r) {
+        const int b = w.row(r);
+        const float* gcb = grad_ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+        const float* attnb = attn + (size_t)b * N_HORIZONS * K;
+        float gc[N_HORIZONS][GCOLS], c[N_HORIZONS];
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            group_cols(gcb + h * HIDDEN_DIM, gl, gc[h]);
+            float v = 0.f;
+            if (ctx) {
+                float y[GCOLS];
+                group_cols(ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, gl, y);
+#pragma unroll
+                for (int j = 0; j < GCOLS; ++j) v = fmaf(gc[h][j], y[j], v);
+                v = group_sum<GROUP>(v);
+            }
+            c[h] = v;
+        }
+        if (!ctx) {
+            // sum_k attn*dw: group g takes keys g, g+KPW, ...; the groups' shares are added
+            // by butterfly.
+            float share[N_HORIZONS];
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) share[h] = 0.f;
+            const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
+            for (int k = g; k < K; k += KPW) {
+                float x[GCOLS];
+                group_cols(lnb + (size_t)k * HIDDEN_DIM, gl, x);
+#pragma unroll
+                for (int h = 0; h < N_HORIZONS; ++h) {
+                    float dot = 0.f;
+#pragma unroll
+                    for (int j = 0; j < GCOLS; ++j) dot = fmaf(gc[h][j], x[j], dot);
+                    share[h] = fmaf(attnb[(size_t)h * K + k], group_sum<GROUP>(dot), share[h]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) c[h] = across_groups(share[h]);
+        }
+        if (grad_attn) {
+            const float* gab = grad_attn + (size_t)b * N_HORIZONS * K;
+#pragma unroll 1
+            for (int h = 0; h < N_HORIZONS; ++h) {
+                float v = 0.f;
+                for (int k = lane; k < K; k += 32)
+                    v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
+                c[h] += warp_sum(v);
+            }
+        }
+
+        float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
+        for (int j = 0; j < w.per_row; ++j) {
+            ring_in.issue(w, ln, attn, grad_attn, K, lane, true);
+            copy_wait();
+            __syncwarp();
+            const int k = w.key0(j) + g;
+            const float* slot = ring_in.slots + cslot * BSLOT;
+            float x[GCOLS], out[GCOLS];
+            group_cols(slot + g * HIDDEN_DIM, gl, x);
+#pragma unroll
+            for (int v = 0; v < GCOLS; ++v) out[v] = 0.f;
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) {
+                float qh[GCOLS];
+                group_cols(qs + h * HIDDEN_DIM, gl, qh);
+                float dot = 0.f;
+#pragma unroll
+                for (int v = 0; v < GCOLS; ++v) dot = fmaf(gc[h][v], x[v], dot);
+                const float a = slot[FSLOT + h * KPW + g];
+                const float ga = slot[FSLOT + (N_HORIZONS + h) * KPW + g];
+                const float d = a * (group_sum<GROUP>(dot) + ga - c[h]);
+#pragma unroll
+                for (int v = 0; v < GCOLS; ++v) {
+                    out[v] = fmaf(a, gc[h][v], fmaf(d, qh[v], out[v]));
+                    gq[h][v] = fmaf(d, x[v], gq[h][v]);
+                }
+            }
+            if (k < K) store_group_cols(glnb + (size_t)k * HIDDEN_DIM, gl, out, 1.f);
+            __syncwarp();
+            cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
+        }
+    }
+
+    // Every copy has landed (the last groups committed are empty); the ring becomes the
+    // per-warp partials.
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+    float* red = smem + warp * N_HORIZONS * HIDDEN_DIM;
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) {
+#pragma unroll
+        for (int v = 0; v < GCOLS; ++v) gq[h][v] = across_groups(gq[h][v]);
+        if (g == 0) store_group_cols(red + h * HIDDEN_DIM, gl, gq[h], 1.f);
+    }
+    __syncthreads();
+    float* gqb = gq_scratch + (size_t)blockIdx.x * N_HORIZONS * HIDDEN_DIM;
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) {
+        float v = 0.f;
+        for (int u = 0; u < NWARPS; ++u) v += smem[u * N_HORIZONS * HIDDEN_DIM + e];
+        gqb[e] = scale * v;
     }
 }
 #endif

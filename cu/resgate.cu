@@ -68,7 +68,10 @@ resgate_backward(const float* __restrict__ ctx, const float* __restrict__ w_res,
     const int b1 = min(B, b0 + ROWS);
     const int h = e / HIDDEN_DIM;
     const bool first = e % HIDDEN_DIM == 0;
-    const float t = tanhf(__ldg(alpha + h));
+    // tanh(alpha) is formed after the first rows' loads are issued: a small batch waits for
+    // memory once, not twice (alpha's load, then the rows').
+    const float a = __ldg(alpha + h);
+    float t = 0.f;
     float w[VEC], acc[VEC];
     load_vec<VEC>(w_res + e, w);
 #pragma unroll
@@ -85,6 +88,7 @@ resgate_backward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                 if (first) r[u] = __ldg(residual + (b + u) * N_HORIZONS + h);
             }
         }
+        t = tanhf(a);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             if (b + u < b1) {

@@ -30,8 +30,10 @@ def pool_forward(q_h: ArrayLike, ln: ArrayLike, dtype: type = np.float64) -> tup
 
 
 def pool_backward(q_h: ArrayLike, ln: ArrayLike, attn: ArrayLike, grad_ctx: ArrayLike,
-                  grad_attn: ArrayLike | None = None, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
-    """grad_q_h[H,D], grad_ln[B,K,D] given the forward's attn and grad_ctx (and grad_attn)."""
+                  ctx: ArrayLike | None = None, grad_attn: ArrayLike | None = None,
+                  dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """grad_q_h[H,D], grad_ln[B,K,D] given the forward's attn and grad_ctx (and grad_attn).
+    The forward's ctx (= attn @ ln) changes no result: a kernel given it skips a pass over ln."""
     q_h, ln, attn, grad_ctx = _cast(dtype, q_h, ln, attn, grad_ctx)
     scale = dtype(1.0 / np.sqrt(q_h.shape[1]))
     dw = np.matmul(grad_ctx, ln.transpose(0, 2, 1))

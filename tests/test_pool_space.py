@@ -1,6 +1,6 @@
 """CPU: every shape in the pool's supported range has a valid launch point, found the way the
-op finds it (the default, else its nearest valid point); the forward runs LAYOUT 2 across the
-range but the widest heads (LAYOUT 1), the backward LAYOUT 0 where it fits, LAYOUT 1 elsewhere."""
+op finds it (the default, else its nearest valid point); both kernels run LAYOUT 2 across the
+range but the widest heads, which LAYOUT 1 serves."""
 from __future__ import annotations
 
 import pytest
@@ -30,25 +30,29 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
     suite = {"N_HORIZONS": 5, "HIDDEN_DIM": 128}
     shape = {"B": 4096, "K": 256}
     assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, suite, shape)["LAYOUT"] == 2
-    assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, suite, shape)["LAYOUT"] == 0
-    for template, k, forward in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64, 2),
-                                 ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64, 1),
-                                 ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, 64, 1),
-                                 ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64, 2),
-                                 ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000, 2)):
+    assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, suite, shape)["LAYOUT"] == 2
+    # the backward's per-lane rows (grad_ctx and grad_q_h of every horizon) outgrow LAYOUT 2
+    # at H=2, D=1024, where the forward's still fit
+    for template, k, forward, backward in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64, 2, 2),
+                                           ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64, 1, 1),
+                                           ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, 64, 1, 1),
+                                           ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64, 2, 1),
+                                           ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000, 2, 2)):
         shape = {"B": 1, "K": k}
         assert FORWARD_SPACE.nearest(FORWARD_SPACE.default, template, shape)["LAYOUT"] == forward
-        assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, template, shape)["LAYOUT"] == 1
+        assert BACKWARD_SPACE.nearest(BACKWARD_SPACE.default, template, shape)["LAYOUT"] == backward
 
 
 def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     """No two valid points of one layout differ only in a knob that layout ignores."""
-    for template in ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"N_HORIZONS": 16, "HIDDEN_DIM": 30}):
-        points = FORWARD_SPACE.points(template)
-        read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"),
-                2: ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "QREG")}
-        keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
-        assert len(keys) == len(set(keys))
+    layout2 = ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "MIN_BLOCKS")
+    for space, extra in ((FORWARD_SPACE, ("QREG",)), (BACKWARD_SPACE, ())):
+        read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra}
+        for template in ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"N_HORIZONS": 16, "HIDDEN_DIM": 30}):
+            points = space.points(template)
+            keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
+            assert len(keys) == len(set(keys)), space.kernel
+            assert {p["LAYOUT"] for p in points} == {0, 1, 2}, space.kernel
 
 
 def test_a_partial_launch_keeps_its_knobs_and_fills_the_rest_validly() -> None:

@@ -42,11 +42,14 @@ def uniform2(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Tensor:
-    """A kernel argument: its named axes, element type and how test inputs are drawn."""
+    """A kernel argument: its named axes, element type and how test inputs are drawn, or, with
+    ``derive``, computed from the inputs read before it (an input that must agree with others,
+    such as a forward output the backward is given)."""
 
     axes: tuple[str, ...]
     dtype: str = "float32"
     draw: Draw = normal
+    derive: Callable[[Mapping[str, np.ndarray]], np.ndarray] | None = None
 
     def shape(self, dims: Dims) -> tuple[int, ...]:
         return tuple(int(dims[a]) for a in self.axes)
@@ -143,13 +146,18 @@ class KernelSpec:
 
     def make_inputs(self, template: Dims, shape: Dims, seed: int = 0) -> dict[str, np.ndarray]:
         """Random, never-zero inputs of this kernel. Each tensor is drawn from a generator
-        seeded by (seed, its name), so kernels of one family see the same tensor by name."""
+        seeded by (seed, its name), so kernels of one family see the same tensor by name; a
+        derived tensor is computed from those read before it."""
         dims = self.dims(template, shape)
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for name in self.reads:
             t = self.tensors[name]
-            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            out[name] = np.ascontiguousarray(t.draw(rng, t.shape(dims), dims), dtype=t.dtype)
+            if t.derive is not None:
+                value = t.derive(out)
+            else:
+                rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+                value = t.draw(rng, t.shape(dims), dims)
+            out[name] = np.ascontiguousarray(value, dtype=t.dtype)
         return out
 
     def call(self, op: Any, inputs: Mapping[str, Any]) -> tuple[Any, ...]:

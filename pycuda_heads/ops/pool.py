@@ -26,11 +26,21 @@ _ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
            "LAYOUT": (0, 1)}
-# LAYOUT 2's knobs (forward): lanes per key, teams of warps per block (a row each), queries in
-# registers, and the grid: a block per TEAMS rows (GRID 0) or GRID blocks per SM looping over
-# the rows (no partial last wave). LAYOUT 0 and 1 read none of them and pin each to one value.
-_LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4), "QREG": (0, 1)}
-# LAYOUT 2 per lane: acc (and q with QREG) for every horizon over GCOLS columns, one ln step.
+# LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
+# per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
+# wave), blocks per SM the registers must allow, and (forward) queries in registers. LAYOUT 0
+# and 1 read none of them and pin each to one value.
+_LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
+            "MIN_BLOCKS": (1, 2, 3, 4)}
+_PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS) == (32, 1, 0, 1)"
+_LAYOUT2_LIMITS = (
+    # fewer than 64 registers a thread spill the per-lane rows
+    "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
+    "and BLOCK * MIN_BLOCKS <= 1024)",
+    # wider heads: the forward measured 2-3x slower than LAYOUT 1 on the H200 (a butterfly per
+    # horizon and key, reports/nvidia-h200/probes/pool_forward_layouts.json); LAYOUT 1 serves them
+    "LAYOUT != 2 or N_HORIZONS * HIDDEN_DIM <= 2048")
+# LAYOUT 2 per lane: GCOLS columns of each row it holds.
 _GCOLS = "((HIDDEN_DIM + GROUP * VEC - 1) // (GROUP * VEC) * VEC)"
 _STAGES = source_define("pool", "STAGES")  # ring slots per warp
 
@@ -51,46 +61,55 @@ def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
-    if p["LAYOUT"] == 2:  # ring, two sets of merge buffers, queries unless in registers
-        return 4 * (w * _STAGES * (32 // p["GROUP"]) * d + 2 * w * h * d + 4 * w * h
-                    + (0 if p["QREG"] else h * d))
+    if p["LAYOUT"] == 2:  # ring, queries unless in registers, merge buffers unless TW == 1
+        merge = 0 if p["TEAMS"] == w else 2 * w * h * d + 4 * w * h
+        return 4 * (w * _STAGES * (32 // p["GROUP"]) * d + (0 if p["QREG"] else h * d) + merge)
     return 4 * (h * k + 2 * w * h + w * h * d + 2 * h)
 
 
 def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
-    h, d, k = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"]
-    return 4 * (2 * h * k + h + _nwarps(p) * h * d)
+    if p["LAYOUT"] == 2:  # ring (ln rows, attn and grad_attn), reused for the warps' partials
+        kpw = 32 // p["GROUP"]
+        slot = kpw * d + -(-2 * h * kpw // 4) * 4
+        return 4 * (w * max(_STAGES * slot, h * d) + h * d)
+    return 4 * (2 * h * k + h + w * h * d)
 
 
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
-    kernel="pool.forward", params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2},
+    kernel="pool.forward",
+    params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2, "QREG": (0, 1)},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-             "GRID": 0, "QREG": 0},
+             "GRID": 0, "MIN_BLOCKS": 1, "QREG": 0},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
-                  "LAYOUT == 2 or (GROUP, TEAMS, GRID, QREG) == (32, 1, 0, 0)",
-                  "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32)",
-                  # wider heads: measured 2-3x slower than LAYOUT 1 on the H200 (a butterfly per
-                  # horizon and key); LAYOUT 1 serves them
-                  "LAYOUT != 2 or N_HORIZONS * HIDDEN_DIM <= 2048",
-                  # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling
+                  f"LAYOUT == 2 or ({_PINNED} and QREG == 0)",
+                  *_LAYOUT2_LIMITS,
+                  # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling:
+                  # acc (and q with QREG) of every horizon and one ln step
                   f"LAYOUT != 2 or ((1 + QREG) * N_HORIZONS + 1) * {_GCOLS} "
                   "+ 2 * N_HORIZONS <= 200"),
     launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 
 BACKWARD_SPACE = KernelSpace(
-    kernel="pool.backward", params=_COMMON,
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 0},
+    kernel="pool.backward", params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2},
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 16, "TEAMS": 4,
+             "GRID": 0, "MIN_BLOCKS": 1},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
                   # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
-                  f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32"),
+                  f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32",
+                  f"LAYOUT == 2 or {_PINNED}",
+                  *_LAYOUT2_LIMITS,
+                  # per lane: grad_ctx and the grad_q_h partial of every horizon, an ln row, a
+                  # grad_ln row and a query row
+                  f"LAYOUT != 2 or (2 * N_HORIZONS + 3) * {_GCOLS} + N_HORIZONS <= 168"),
     launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
@@ -108,7 +127,7 @@ def _check_keys(k: int) -> None:
         raise ValueError(f"PerHorizonAttentionPool: K must be at most {MAX_K}, got {k}")
 
 
-def _forward_blocks(p: Mapping[str, Any], b: int) -> int:
+def _blocks(p: Mapping[str, Any], b: int) -> int:
     """One block per batch row; in LAYOUT 2 one per TEAMS rows, at most GRID per SM."""
     if p["LAYOUT"] != 2:
         return b
@@ -146,7 +165,7 @@ class PerHorizonAttentionPool(HorizonOp):
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
         plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
-            (_forward_blocks(p, b), 1, 1), (p["BLOCK"], 1, 1),
+            (_blocks(p, b), 1, 1), (p["BLOCK"], 1, 1),
             forward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
@@ -154,27 +173,29 @@ class PerHorizonAttentionPool(HorizonOp):
                     k, self._scale, b, shared=plan.shared, stream=stream)
         return ctx, attn
 
-    def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, *, grad_attn: Any = None,
-                 ctx: Any = None, stream: Any = None) -> tuple[Any, Any]:
+    def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, ctx: Any = None, *,
+                 grad_attn: Any = None, stream: Any = None) -> tuple[Any, Any]:
         """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero). Given
-        the forward's ctx[B, H, D], the softmax correction comes from grad_ctx . ctx and ln
-        is read once fewer."""
+        the forward's ctx[B, H, D] (positionally or as ``ctx=``), the softmax correction comes
+        from grad_ctx . ctx and ln is read once, not twice."""
         (ln, q_h, attn, grad_ctx, grad_attn, ctx), dims = BACKWARD_INPUTS.adapt(
             self._checked, self.bound, ln, q_h, attn, grad_ctx, grad_attn, ctx)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
         plan = self.plan("backward", {"B": b, "K": k}, lambda p: (
-            (b, 1, 1), (p["BLOCK"], 1, 1), backward_shared_bytes(p, {**self.template, "K": k})))
+            (_blocks(p, b), 1, 1), (p["BLOCK"], 1, 1),
+            backward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx,
                       **({} if ctx is None else {"ctx": ctx}))
-        grad_ln, scratch = empty((b, k, d)), empty((b, h * d))
+        blocks = plan.grid[0]  # one grad_q_h scratch row each
+        grad_ln, scratch = empty((b, k, d)), empty((blocks, h * d))
         ds = empty((b, h, k)) if plan.params["LAYOUT"] == 1 else None
         plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, attn.gpudata,
                     grad_ctx.gpudata, _NULL if grad_attn is None else grad_attn.gpudata,
                     _NULL if ctx is None else ctx.gpudata, grad_ln.gpudata, scratch.gpudata,
-                    _NULL if ds is None else ds.gpudata, k, self._scale,
+                    _NULL if ds is None else ds.gpudata, k, self._scale, b,
                     shared=plan.shared, stream=stream)
-        return reducer().sum_rows(scratch, b, h * d, stream, (h, d)), grad_ln
+        return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
 
 
 
@@ -184,7 +205,9 @@ def torch_forward(torch: Any, q_h: Any, ln: Any) -> tuple[Any, Any]:
     return torch.matmul(attn, ln), attn
 
 
-def torch_backward(torch: Any, q_h: Any, ln: Any, attn: Any, grad_ctx: Any) -> tuple[Any, Any]:
+def torch_backward(torch: Any, q_h: Any, ln: Any, attn: Any, grad_ctx: Any,
+                   ctx: Any = None) -> tuple[Any, Any]:
+    """torch's own backward of the same math (autograd needs no ctx)."""
     scale = 1.0 / math.sqrt(q_h.shape[1])
     dw = torch.matmul(grad_ctx, ln.transpose(1, 2))  # [B, H, K]
     ds = attn * (dw - (attn * dw).sum(dim=-1, keepdim=True))
@@ -213,9 +236,14 @@ def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, i
     return {"parity_numgrad": ref.central_differences(loss, x, analytic, probes)}
 
 
+def _forward_ctx(x: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.matmul(x["attn"].astype(np.float64), x["ln"].astype(np.float64))
+
+
 TENSORS = {"q_h": Tensor(("H", "D")), "ln": Tensor(("B", "K", "D")),
            "attn": Tensor(("B", "H", "K"), draw=softmax_rows), "grad_ctx": Tensor(("B", "H", "D")),
-           "ctx": Tensor(("B", "H", "D")), "grad_q_h": Tensor(("H", "D")),
+           # the backward's ctx is the forward's: attn @ ln of the inputs drawn before it
+           "ctx": Tensor(("B", "H", "D"), derive=_forward_ctx), "grad_q_h": Tensor(("H", "D")),
            "grad_ln": Tensor(("B", "K", "D"))}
 # Three are wide model sizes (their own N_HORIZONS / HIDDEN_DIM).
 SUITE = ({"B": 2, "K": 8}, {"B": 256, "K": 64}, {"B": 1024, "K": 128}, {"B": 4096, "K": 64},
@@ -244,6 +272,6 @@ SPECS = (
                writes=("ctx", "attn"), reference=ref.pool_forward, peer=torch_forward,
                **_COMMON_SPEC),
     KernelSpec(id="pool.backward", method="backward", space=BACKWARD_SPACE,
-               reads=("q_h", "ln", "attn", "grad_ctx"), writes=("grad_q_h", "grad_ln"),
+               reads=("q_h", "ln", "attn", "grad_ctx", "ctx"), writes=("grad_q_h", "grad_ln"),
                reference=ref.pool_backward, peer=torch_backward, **_COMMON_SPEC),
 )
