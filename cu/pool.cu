@@ -505,10 +505,16 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 //   keys; lane group g (GROUP lanes) owns key g of the step and lane gl of the group holds
 //   columns (c*GROUP + gl)*VEC + v, so a per-key dot product is a GROUP-lane butterfly.
 //   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots,
-//   filled by cp.async STAGES-1 steps ahead, across row ends. MIN_BLOCKS caps the registers
-//   so that many blocks fit on an SM. Every sum runs in a fixed order: no atomics, bitwise
+//   filled by cp.async STAGES-1 steps ahead, across row ends. MIN_BLOCKS > 0 caps the
+//   registers so that many blocks fit on an SM. Every sum runs in a fixed order: no atomics, bitwise
 //   reproducible for a given grid.
 #define STAGES 4
+// MIN_BLOCKS 0 leaves registers to ptxas; an explicit minimum of 1 would let it take 255.
+#if MIN_BLOCKS > 0
+#define LAYOUT2_BOUNDS __launch_bounds__(BLOCK, MIN_BLOCKS)
+#else
+#define LAYOUT2_BOUNDS __launch_bounds__(BLOCK)
+#endif
 #define KPW (32 / GROUP)
 #define GCHUNKS ((HIDDEN_DIM + GROUP * VEC - 1) / (GROUP * VEC))
 #define GCOLS (GCHUNKS * VEC)
@@ -658,7 +664,7 @@ struct Ring {
 // Dynamic shared memory (floats): ring [NWARPS][STAGES][FSLOT]; with QREG == 0 the scaled
 // queries [N_HORIZONS*HIDDEN_DIM] (QREG == 1 keeps them in registers); with TW > 1 the merge
 // accumulators [2][NWARPS][N_HORIZONS*HIDDEN_DIM] and max/sum [2][NWARPS][N_HORIZONS][2].
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
+extern "C" __global__ void LAYOUT2_BOUNDS
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
              float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
              const int B)
@@ -685,7 +691,6 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
     __syncthreads();
     float* macc = qs + N_HORIZONS * HIDDEN_DIM;
 #endif
-    float* mml = macc + 2 * NWARPS * N_HORIZONS * HIDDEN_DIM;
 
     const Walk w(B, K, team, wt);
     Ring<FSLOT> ring_in(ring + warp * STAGES * FSLOT, w);
@@ -771,6 +776,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
             for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - m[h]) * l[h];
         }
 #else
+        float* mml = macc + 2 * NWARPS * N_HORIZONS * HIDDEN_DIM;
         float* wacc = macc + ((r & 1) * NWARPS + warp) * N_HORIZONS * HIDDEN_DIM;
         float* wml = mml + ((r & 1) * NWARPS + warp) * N_HORIZONS * 2;
         if (g == 0) {
@@ -836,7 +842,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // the queries times scale [N_HORIZONS*HIDDEN_DIM].
 #define BRING (NWARPS * (STAGES * BSLOT > N_HORIZONS * HIDDEN_DIM ? STAGES * BSLOT \
                                                                     : N_HORIZONS * HIDDEN_DIM))
-extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS)
+extern "C" __global__ void LAYOUT2_BOUNDS
 pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
               const float* __restrict__ attn, const float* __restrict__ grad_ctx,
               const float* __restrict__ grad_attn, const float* __restrict__ ctx,

@@ -7,11 +7,8 @@
 #include "heads_common.cuh"
 
 #ifndef UNROLL
-// Forward: one warp per (b, h) pair of the block's ROWS batch rows, residual_forward's loop and
-// dot order (so residual is bitwise that kernel's at equal VEC), with the gate applied where the
-// residual is written. bias_res[h], alpha[h] and head[p] are loaded by every lane (one
-// broadcast each) together with the rows, not after the shuffles: a small batch waits for
-// memory once, not twice.
+// Forward: residual_forward's loop (so residual is bitwise that kernel's at equal VEC) with the
+// gate applied where the residual is written.
 // tanh(0) == 0 returns head itself: a closed gate is bit-identical to the head (-0.0 included).
 extern "C" __global__ void __launch_bounds__(BLOCK)
 resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
@@ -19,26 +16,12 @@ resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                 const float* __restrict__ alpha, float* __restrict__ out,
                 float* __restrict__ residual, const int B)
 {
-    const int lane = threadIdx.x & 31;
-    const int p0 = blockIdx.x * ROWS * N_HORIZONS;
-    const int p1 = min(B * N_HORIZONS, p0 + ROWS * N_HORIZONS);
-    for (int p = p0 + (threadIdx.x >> 5); p < p1; p += BLOCK / 32) {
-        const int h = p % N_HORIZONS;
-        const float bias = __ldg(bias_res + h), a = __ldg(alpha + h), hd = __ldg(head + p);
-        float x[ROW_PER_LANE], w[ROW_PER_LANE];
-        load_row(ctx + (size_t)p * HIDDEN_DIM, lane, x);
-        load_row(w_res + h * HIDDEN_DIM, lane, w);
-        const float t = tanhf(a);
-        float dot = 0.f;
-#pragma unroll
-        for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(w[j], x[j], dot);
-        dot = warp_sum(dot);
-        if (lane == 0) {
-            const float r = dot + bias;
-            residual[p] = r;
-            out[p] = t == 0.f ? hd : fmaf(t, r, hd);
-        }
-    }
+    residual_pairs(ctx, w_res, B, [&](int p, int h, float dot) {
+        const float r = dot + bias_res[h];
+        const float t = tanhf(alpha[h]);
+        residual[p] = r;
+        out[p] = t == 0.f ? head[p] : fmaf(t, r, head[p]);
+    });
 }
 #endif
 

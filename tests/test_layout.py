@@ -130,6 +130,8 @@ def test_argument_types_of_a_signature() -> None:
               'k(const float* __restrict__ a, int* b, const int n, const float s,\n'
               '  const long long t)\n{}\n')
     assert arg_types(source, "k") == "PPifq"
+    # bounds chosen by a macro (pool's LAYOUT 2 picks them by a knob)
+    assert arg_types(source.replace("__launch_bounds__(BLOCK)", "MY_BOUNDS"), "k") == "PPifq"
     with pytest.raises(ValueError, match="no extern"):
         arg_types(source, "other")
     with pytest.raises(ValueError, match="cannot pass"):

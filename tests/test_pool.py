@@ -51,7 +51,7 @@ def test_launch_override_is_reported():
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
     assert pool.chosen["forward"] == {
         "params": {"BLOCK": 256, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-                   "GRID": 0, "MIN_BLOCKS": 1, "QREG": 0}, "source": "user"}
+                   "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0}, "source": "user"}
 
 
 def test_a_partial_launch_gets_its_layouts_values():

@@ -33,7 +33,7 @@ from pycuda_heads.ops.pool import PerHorizonAttentionPool
 COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 WIDE = {"N_HORIZONS": 2, "HIDDEN_DIM": 1024}  # LAYOUT 0's register rows do not fit
 WIDE_SHAPE = {"B": 256, "K": 64}
-_PINNED = {"GROUP": 32, "TEAMS": 1, "GRID": 0, "MIN_BLOCKS": 1}  # LAYOUT 1 reads none of these
+_PINNED = {"GROUP": 32, "TEAMS": 1, "GRID": 0, "MIN_BLOCKS": 0}  # LAYOUT 1 reads none of these
 NEAREST = {"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 1, **_PINNED}
 FAST = {"BLOCK": 64, "VEC": 4, "UNROLL": 1, "LAYOUT": 1, **_PINNED}
 

@@ -63,7 +63,9 @@ def source_define(family: str, name: str, source_dir: Path | None = None) -> int
 
 def arg_types(source: str, entry: str) -> str:
     """PyCUDA prepared-call types of ``entry``, read from its ``extern "C"`` signature."""
-    m = re.search(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
+    # launch bounds, written out or through an upper-case macro
+    m = re.search(r'extern\s+"C"\s+__global__\s+void\s+'
+                  r'(?:__launch_bounds__\s*\([^)]*\)\s*|[A-Z][A-Z0-9_]*\s+)?'
                   + re.escape(entry) + r"\s*\(([^)]*)\)", source)
     if m is None:
         raise ValueError(f'no extern "C" __global__ entry {entry!r} in the source')

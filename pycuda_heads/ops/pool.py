@@ -28,11 +28,12 @@ _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 
            "LAYOUT": (0, 1)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
-# wave), blocks per SM the registers must allow, and (forward) queries in registers. LAYOUT 0
+# wave), blocks per SM the registers must allow (0: ptxas decides), and (forward) queries in
+# registers. LAYOUT 0
 # and 1 read none of them and pin each to one value.
 _LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
-            "MIN_BLOCKS": (1, 2, 3, 4)}
-_PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS) == (32, 1, 0, 1)"
+            "MIN_BLOCKS": (0, 2, 3, 4)}
+_PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS) == (32, 1, 0, 0)"
 _LAYOUT2_LIMITS = (
     # fewer than 64 registers a thread spill the per-lane rows
     "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
@@ -84,7 +85,7 @@ FORWARD_SPACE = KernelSpace(
     kernel="pool.forward",
     params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2, "QREG": (0, 1)},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 1, "QREG": 0},
+             "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
@@ -99,7 +100,7 @@ FORWARD_SPACE = KernelSpace(
 BACKWARD_SPACE = KernelSpace(
     kernel="pool.backward", params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 16, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 1},
+             "GRID": 0, "MIN_BLOCKS": 0},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
