@@ -124,8 +124,10 @@ def test_inputs_are_random_non_zero_and_labels_hold_sentinels() -> None:
     assert 0.06 < (x["labels"] == -1).mean() < 0.14  # about one in ten is the sentinel
     assert np.all(x["logits"] != 0)
     pool = catalog().family_inputs("pool", SUITE_TEMPLATE, {"B": 3, "K": 5})
-    assert set(pool) == {"q_h", "ln", "attn", "grad_ctx"}
+    assert set(pool) == {"q_h", "ln", "attn", "grad_ctx", "ctx"}
     np.testing.assert_allclose(pool["attn"].sum(axis=-1), 1, rtol=1e-5)
+    # the backward's ctx is derived, the forward's of the drawn attn and ln
+    np.testing.assert_allclose(pool["ctx"], pool["attn"] @ pool["ln"], rtol=1e-5, atol=1e-6)
     again = catalog().family_inputs("pool", SUITE_TEMPLATE, {"B": 3, "K": 5})
     assert all(np.array_equal(pool[n], again[n]) for n in pool)  # seeded
 
