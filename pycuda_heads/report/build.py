@@ -27,7 +27,8 @@ def build(gpu_dir: Path) -> Path:
     empty_us = report_data.empty_kernel_us(data.bench)
     parts = [report_tables.header(data, empty_us), report_tables.inputs(data),
              report_tables.headline(cases),
-             report_tables.targets(report_data.targets(cases, empty_us), empty_us)]
+             report_tables.targets(report_data.targets(cases, empty_us), empty_us),
+             report_tables.changes(report_data.changes(cases, data))]
     if cases:
         parts.append("## Results per op\n")
     written: set[str] = set()

@@ -1,6 +1,6 @@
 """The stored data a report is built from, loaded without a GPU: the benchmark CSV (latest run
-per gpu, op, shape, pass and provider), the tuning caches, the tuner-efficiency table and the
-validation record. Any of them may be missing or unreadable: that is recorded, never raised.
+per gpu, op, shape, pass and provider, and the run before it), the tuning caches, the
+tuner-efficiency table and the validation record. Any of them may be missing or unreadable: that is recorded, never raised.
 Then the benchmark rows as cases, their ratios and the team's targets."""
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ NUMERIC = ("median_us", "p20_us", "p80_us", "reps", "python_call_us", "bare_laun
 class ReportData:
     gpu_dir: Path
     bench: list[dict[str, Any]] = field(default_factory=list)
+    #: (op, shape, pass, provider) -> its newest row from before the one in ``bench``
+    previous: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
+    #: run date -> that run's empty kernel launch, GPU time in us
+    empty_launch: dict[str, float] = field(default_factory=dict)
     tuning: list[dict[str, Any]] = field(default_factory=list)
     efficiency: list[dict[str, Any]] | None = None
     validation: dict[str, Any] | None = None
@@ -65,6 +69,22 @@ def number(text: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _key(row: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(row.get(k, "") for k in ("op", "shape", "pass", "provider"))
+
+
+def previous(rows: Sequence[dict[str, Any]],
+             newest: Sequence[dict[str, Any]]) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Per (op, shape, pass, provider), the newest row dated before that key's newest row."""
+    now = {_key(r): r.get("date") or "" for r in newest}
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for row in rows:
+        key, date = _key(row), row.get("date") or ""
+        if key in now and date < now[key] and date >= (out.get(key, {}).get("date") or ""):
+            out[key] = row
+    return out
+
+
 def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The newest row per (gpu, op, shape, pass, provider); on equal dates the later line wins."""
     best: dict[tuple, tuple[str, int, dict[str, Any]]] = {}
@@ -77,12 +97,13 @@ def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_bench(path: Path) -> list[dict[str, Any]]:
+    """Every row of the benchmark CSV, numbers parsed."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     for row in rows:
         for key in NUMERIC:
             row[key] = number(row.get(key))
-    return latest(rows)
+    return rows
 
 
 def _json(path: Path, data: ReportData, what: str) -> Any:
@@ -102,7 +123,12 @@ def load(gpu_dir: Path) -> ReportData:
     bench = data.gpu_dir / BENCH_CSV
     if bench.is_file():
         try:
-            data.bench = read_bench(bench)
+            rows = read_bench(bench)
+            data.bench = latest(rows)
+            data.previous = previous(rows, data.bench)
+            data.empty_launch = {r.get("date") or "": r["median_us"] for r in rows
+                                 if r.get("provider") == EMPTY_KERNEL and not r.get("error")
+                                 and r.get("median_us")}
         except (OSError, csv.Error, UnicodeDecodeError) as exc:
             data.problems.append(f"`{BENCH_CSV}` could not be read: {exc}")
     else:
@@ -290,6 +316,31 @@ def extreme_cases(all_cases: Sequence[BenchResult], op: str, largest: bool) -> l
         return []
     pick = (max if largest else min)(shape_size(c.shape) for c in mine)
     return [c for c in mine if shape_size(c.shape) == pick]
+
+
+@dataclass
+class Change:
+    """A case's tuned time now against its newest earlier measurement, with each run's empty
+    kernel launch (what tells a slower machine or day from a slower kernel)."""
+    case: BenchResult
+    before: dict[str, Any]  # the earlier row
+    empty_before: float | None
+    empty_now: float | None
+
+    @property
+    def ratio(self) -> float:
+        return self.case.time("tuned") / self.before["median_us"]
+
+
+def changes(all_cases: Sequence[BenchResult], data: ReportData) -> list[Change]:
+    out = []
+    for c in all_cases:
+        before = data.previous.get((c.op, c.shape, c.pass_, "tuned"))
+        if c.time("tuned") and before and not before.get("error") and before.get("median_us"):
+            now = c.rows["tuned"].get("date") or ""
+            out.append(Change(c, before, data.empty_launch.get(before.get("date") or ""),
+                              data.empty_launch.get(now)))
+    return out
 
 
 @dataclass

@@ -15,6 +15,7 @@ from .data import (
     STEP_GOALS,
     STEP_PROVIDERS,
     BenchResult,
+    Change,
     ReportData,
     Target,
     extreme_cases,
@@ -252,6 +253,34 @@ def targets(found: Sequence[Target], empty_us: float | None) -> str:
                       table(("op", "shape", "pass", "tuned us", column, "status"),
                             ((t.case.op, t.case.shape, t.case.pass_, us(t.case.time("tuned")),
                               fmt(t.value), _status(t)) for t in mine)), ""]
+    return "\n".join(lines)
+
+
+# A case more than this much slower than its previous measurement is called a regression.
+CHANGE_BAND = 0.05
+
+
+def changes(found: Sequence[Change]) -> str:
+    """Each case's tuned time against its newest earlier measurement: the cases that moved by
+    more than CHANGE_BAND, regressions first."""
+    if not found:
+        return ""
+    moved = sorted((c for c in found if abs(c.ratio - 1) > CHANGE_BAND), key=lambda c: -c.ratio)
+    slower = sum(c.ratio > 1 + CHANGE_BAND for c in moved)
+    lines = ["## Changes since the previous run", "",
+             "The tuned time of each case against its newest earlier measurement (an earlier "
+             "run: another commit, possibly another day or machine; each run's empty kernel "
+             f"launch is beside it). Within {CHANGE_BAND:.0%}: {len(found) - len(moved)} of "
+             f"{len(found)} cases; slower by more (regressions): {slower}; faster by more: "
+             f"{len(moved) - slower}.", ""]
+    if moved:
+        lines += [table(("op", "shape", "pass", "before us", "before at", "now us", "change",
+                         "empty launch before / now us", "status"),
+                        ((c.case.op, c.case.shape, c.case.pass_, us(c.before["median_us"]),
+                          c.before.get("commit") or "?", us(c.case.time("tuned")),
+                          f"{c.ratio - 1:+.0%}", f"{us(c.empty_before)} / {us(c.empty_now)}",
+                          "**regression**" if c.ratio > 1 + CHANGE_BAND else "faster")
+                         for c in moved)), ""]
     return "\n".join(lines)
 
 
