@@ -16,7 +16,7 @@ pytest.importorskip(
     "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
 from pycuda_heads.tuning import constraints
 from pycuda_heads.tuning.constraints import Feasibility, spec_static
-from pycuda_heads.tuning.spaces import TuningTask, point_key
+from pycuda_heads.tuning.spaces import TuningTask, greedy_cover, point_key
 
 from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
 from pycuda_heads.core.tuned import load_table
@@ -30,21 +30,17 @@ ARCH = "sm_90"
 
 
 def sample(spec) -> list[dict]:
-    """The default, the shipped entries at the suite template, then points in a seeded order,
-    each kept when it brings a (layout, knob, value) not seen yet."""
+    """The default, the shipped entries at the suite template, then a greedy cover of every
+    (layout, knob, value) over the points in a seeded order."""
     template = spec.template(SUITE_TEMPLATE)
     points = spec.space.points(template)
     table = load_table("nvidia-h200") or {"entries": []}
     chosen = [dict(spec.space.default)] + [
         e["params"] for e in table["entries"]
         if e["kernel"] == spec.id and e["template"] == template and e["params"] in points]
-    seen = {(p.get("LAYOUT"), k, v) for p in chosen for k, v in p.items()}
     random.Random(spec.id).shuffle(points)
-    for p in points:
-        new = {(p.get("LAYOUT"), k, v) for k, v in p.items()} - seen
-        if new:
-            chosen.append(p)
-            seen |= new
+    chosen += greedy_cover(points, chosen,
+                           lambda p: [(p.get("LAYOUT"), k, v) for k, v in p.items()])
     return list({point_key(p): p for p in chosen}.values())
 
 

@@ -7,7 +7,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -53,18 +53,28 @@ def startup_points(task: "TuningTask", trials: int, seed: int) -> list[Point]:
     valid = [p for p in all_points(task)[1:]
              if p not in first and task.space.violated(p, task.template, task.launch_env) is None]
     random.Random(f"{seed}:{task.name}").shuffle(valid)
-    # Greedy cover: the next point is the (first drawn) one with the most knob values not drawn
-    # yet; the order does not depend on trials, so it is a prefix for any number of them.
-    seen = {(k, v) for p in first for k, v in p.items()}
-    order = first
-    while valid and len(order) < STARTUP_TRIALS:
-        gains = [sum((k, v) not in seen for k, v in p.items()) for p in valid]
-        best = max(range(len(valid)), key=gains.__getitem__)
+    # The order does not depend on trials, so it is a prefix for any number of them.
+    order = first + greedy_cover(valid, first, limit=STARTUP_TRIALS - len(first))
+    rest = [p for p in valid if p not in order]
+    return (order + rest)[:max(1, min(trials, STARTUP_TRIALS))]
+
+
+def greedy_cover(candidates: list[Point], seen_in: list[Point],
+                 features: Callable[[Point], Any] = lambda p: p.items(),
+                 limit: int | None = None) -> list[Point]:
+    """Candidates in greedy order, each the first with the most features (by default its
+    (knob, value) pairs) that neither ``seen_in`` nor the points before it have; stops when no
+    candidate brings a new one, or after ``limit`` points."""
+    seen = {f for p in seen_in for f in features(p)}
+    left, order = list(candidates), []
+    while left and (limit is None or len(order) < limit):
+        gains = [len(set(features(p)) - seen) for p in left]
+        best = max(range(len(left)), key=gains.__getitem__)
         if gains[best] == 0:
             break
-        seen.update(valid[best].items())
-        order = order + [valid.pop(best)]
-    return (order + valid)[:max(1, min(trials, STARTUP_TRIALS))]
+        seen.update(features(left[best]))
+        order.append(left.pop(best))
+    return order
 
 
 def point_key(point: Mapping[str, Any]) -> str:
