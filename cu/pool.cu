@@ -10,6 +10,8 @@
 //   LAYOUT 2: GROUP lanes per key, keys streamed through a per-warp ring of shared-memory
 //     slots filled by cp.async, teams of warps per batch row, a grid of blocks looping over the
 //     rows; the backward reads ln once and keeps grad_q_h's partial in registers. See below.
+//   LAYOUT 3: wide heads (N_HORIZONS and HIDDEN_DIM multiples of 4): one block per batch row,
+//     score and context products as FP32 register tiles over shared-memory chunks of keys.
 #include "heads_common.cuh"
 
 #define NWARPS (BLOCK / 32)
@@ -22,6 +24,21 @@ __device__ __forceinline__ void load_keys(const float* __restrict__ lnb, const i
     for (int u = 0; u < UNROLL; ++u)
         if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
 }
+
+// BYTES from global src to shared dst, asynchronously; valid == false writes zeros.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, const bool valid)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const int n = valid ? BYTES : 0;
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                     :: "r"(d), "l"(src), "n"(BYTES), "r"(n));
+}
+
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 #if LAYOUT == 0
 
@@ -160,17 +177,25 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) sa[e] = attnb[e];
     const float* gab = grad_attn ? grad_attn + (size_t)b * N_HORIZONS * K : nullptr;
 
+    float cr[N_HORIZONS];  // given ctx: c[h] in every warp's registers
     if (ctx) {
-        __syncthreads();
-        for (int h = warp; h < N_HORIZONS; h += NWARPS) {
-            const float* g = grad_ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM;
-            const float* c = ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM;
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float y[ROW_PER_LANE];
+            load_row(ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, lane, y);
             float v = 0.f;
-            for (int d = lane; d < HIDDEN_DIM; d += 32) v = fmaf(g[d], c[d], v);
-            if (gab)
+#pragma unroll
+            for (int j = 0; j < ROW_PER_LANE; ++j) v = fmaf(gc[h][j], y[j], v);
+            cr[h] = warp_sum(v);
+        }
+        if (gab) {
+            __syncthreads();
+            for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+                float v = 0.f;
                 for (int k = lane; k < K; k += 32) v = fmaf(sa[h * K + k], gab[h * K + k], v);
-            v = warp_sum(v);
-            if (lane == 0) sc[h] = v;
+                v = warp_sum(v);
+                if (lane == 0) sc[h] = v;
+            }
         }
     }
     for (int k0 = warp * UNROLL; !ctx && k0 < K; k0 += NWARPS * UNROLL) {
@@ -193,17 +218,18 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
         }
     }
     __syncthreads();
-
-    for (int h = warp; !ctx && h < N_HORIZONS; h += NWARPS) {
-        float c = 0.f;
-        for (int k = lane; k < K; k += 32) c = fmaf(sa[h * K + k], sd[h * K + k], c);
-        c = warp_sum(c);
-        if (lane == 0) sc[h] = c;
+    if (!ctx) {
+        for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+            float c = 0.f;
+            for (int k = lane; k < K; k += 32) c = fmaf(sa[h * K + k], sd[h * K + k], c);
+            c = warp_sum(c);
+            if (lane == 0) sc[h] = c;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK)
+            sd[e] = sa[e] * (sd[e] - sc[e / K]);
+        __syncthreads();
     }
-    __syncthreads();
-    for (int e = threadIdx.x; !ctx && e < N_HORIZONS * K; e += BLOCK)
-        sd[e] = sa[e] * (sd[e] - sc[e / K]);
-    __syncthreads();
 
     float q[N_HORIZONS][ROW_PER_LANE], gq[N_HORIZONS][ROW_PER_LANE];
 #pragma unroll
@@ -232,7 +258,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #pragma unroll
                     for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
                     dot = warp_sum(dot);
-                    d = a * ((gab ? dot + gab[h * K + k] : dot) - sc[h]);
+                    d = a * ((gab ? dot + gab[h * K + k] : dot) - cr[h] - (gab ? sc[h] : 0.f));
                 } else {
                     d = sd[h * K + k];
                 }
@@ -497,7 +523,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     __syncthreads();
     weighted_rows(dsb, lnb, K, scale, gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);
 }
-#else
+#elif LAYOUT == 2
 // LAYOUT 2: lane groups over keys, a cp.async ring per warp, teams of warps per batch row.
 //   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x + i*gridDim.x)*TEAMS
 //   + team, i = 0, 1, ... (the host sizes the grid: a row per team, or GRID blocks per SM).
@@ -520,27 +546,18 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #define GCOLS (GCHUNKS * VEC)
 #define TW (NWARPS / TEAMS)
 #define MARGIN 8.f
+#ifndef SMEM_SCORES
+#define SMEM_SCORES 0
+#endif
+#if SMEM_SCORES && TW != 1
+#error "SMEM_SCORES needs one-warp teams"
+#endif
 #define LOG2E 1.4426950408889634f
 // Ring slot (floats): the step's KPW ln rows; the backward's also holds attn and grad_attn
 // at those keys ([2][N_HORIZONS][KPW], rounded up to keep slots 16-byte aligned).
 #define FSLOT (KPW * HIDDEN_DIM)
 #define BEXTRA ((2 * N_HORIZONS * KPW + 3) / 4 * 4)
 #define BSLOT (FSLOT + BEXTRA)
-
-// BYTES from global src to shared dst, asynchronously; valid == false writes zeros.
-template <int BYTES>
-__device__ __forceinline__ void copy_async(float* dst, const float* src, const bool valid)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    const int n = valid ? BYTES : 0;
-    if (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(d), "l"(src), "r"(n));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
-                     :: "r"(d), "l"(src), "n"(BYTES), "r"(n));
-}
-
-__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Every group of this thread's copies but the newest STAGES-1 (the steps ahead) is complete.
 __device__ __forceinline__ void copy_wait()
@@ -583,6 +600,19 @@ __device__ __forceinline__ void store_group_cols(float* row, const int gl, const
         for (int v = 0; v < VEC; ++v) o[v] = in[c * VEC + v] * mult;
         if (d < HIDDEN_DIM) store_vec<VEC>(row + d, o);
     }
+}
+
+// a . b over a lane's GCOLS columns in two independent partial sums: half the dependency
+// chain of one running sum (measured 3-5% faster than one at GCOLS 16).
+__device__ __forceinline__ float lane_dot(const float* a, const float* b)
+{
+    float even = 0.f, odd = 0.f;
+#pragma unroll
+    for (int c = 0; c < GCOLS; c += 2) {
+        even = fmaf(a[c], b[c], even);
+        if (c + 1 < GCOLS) odd = fmaf(a[c + 1], b[c + 1], odd);
+    }
+    return even + odd;
 }
 
 // v summed over the warp's lane groups (lanes gl, gl+GROUP, ...): every group ends with the sum.
@@ -657,13 +687,15 @@ struct Ring {
 
 // Forward. Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)), per lane group;
 // the running max moves only when a score passes it by MARGIN (a warp vote), so most keys skip
-// the rescale. Raw scores go to attn and are normalised in place at the row's end.
+// the rescale. Raw scores go to attn (with SMEM_SCORES, a one-warp team keeps them in shared
+// memory instead, so attn is written once) and are normalised at the row's end.
 // Row end: groups merge by butterfly. A one-warp team then writes ctx and attn from its
 // registers; larger teams merge through shared memory (one team barrier per row; the merge
 // buffers alternate between rows so the next row's writes cannot meet this row's reads).
 // Dynamic shared memory (floats): ring [NWARPS][STAGES][FSLOT]; with QREG == 0 the scaled
 // queries [N_HORIZONS*HIDDEN_DIM] (QREG == 1 keeps them in registers); with TW > 1 the merge
-// accumulators [2][NWARPS][N_HORIZONS*HIDDEN_DIM] and max/sum [2][NWARPS][N_HORIZONS][2].
+// accumulators [2][NWARPS][N_HORIZONS*HIDDEN_DIM] and max/sum [2][NWARPS][N_HORIZONS][2];
+// with SMEM_SCORES the raw scores [NWARPS][N_HORIZONS*K].
 extern "C" __global__ void LAYOUT2_BOUNDS
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
              float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
@@ -685,11 +717,14 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #pragma unroll
         for (int j = 0; j < GCOLS; ++j) q[h][j] *= qscale;
     }
-    float* macc = qs;
+    [[maybe_unused]] float* macc = qs;
 #else
     for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * qscale;
     __syncthreads();
-    float* macc = qs + N_HORIZONS * HIDDEN_DIM;
+    [[maybe_unused]] float* macc = qs + N_HORIZONS * HIDDEN_DIM;
+#endif
+#if SMEM_SCORES
+    float* wsc = macc + warp * N_HORIZONS * K;  // one-warp teams only: no merge buffers there
 #endif
 
     const Walk w(B, K, team, wt);
@@ -725,11 +760,12 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 float qh[GCOLS];
                 group_cols(qs + h * HIDDEN_DIM, gl, qh);
 #endif
-                float dot = 0.f;
-#pragma unroll
-                for (int c = 0; c < GCOLS; ++c) dot = fmaf(qh[c], x[c], dot);
-                const float sc = group_sum<GROUP>(dot);
+                const float sc = group_sum<GROUP>(lane_dot(qh, x));
+#if SMEM_SCORES
+                if (gl == 0 && valid) wsc[h * K + k] = sc;
+#else
                 if (gl == 0 && valid) attnb[(size_t)h * K + k] = sc;
+#endif
                 const bool up = valid && sc > m[h] + MARGIN;
                 if (__any_sync(FULL_MASK, up)) {
                     const float mn = up ? sc : m[h];
@@ -773,8 +809,14 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #pragma unroll 1
         for (int h = 0; h < N_HORIZONS; ++h) {
             float* ah = attnb + (size_t)h * K;
+#if SMEM_SCORES
+            const float* sh = wsc + h * K;
+            for (int k = lane; k < K; k += 32) ah[k] = exp2f(sh[k] - m[h]) * l[h];
+#else
             for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - m[h]) * l[h];
+#endif
         }
+        __syncwarp();  // this row's scores are read before the next row's are written
 #else
         float* mml = macc + 2 * NWARPS * N_HORIZONS * HIDDEN_DIM;
         float* wacc = macc + ((r & 1) * NWARPS + warp) * N_HORIZONS * HIDDEN_DIM;
@@ -934,12 +976,9 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
             for (int h = 0; h < N_HORIZONS; ++h) {
                 float qh[GCOLS];
                 group_cols(qs + h * HIDDEN_DIM, gl, qh);
-                float dot = 0.f;
-#pragma unroll
-                for (int v = 0; v < GCOLS; ++v) dot = fmaf(gc[h][v], x[v], dot);
                 const float a = slot[FSLOT + h * KPW + g];
                 const float ga = slot[FSLOT + (N_HORIZONS + h) * KPW + g];
-                const float d = a * (group_sum<GROUP>(dot) + ga - c[h]);
+                const float d = a * (group_sum<GROUP>(lane_dot(gc[h], x)) + ga - c[h]);
 #pragma unroll
                 for (int v = 0; v < GCOLS; ++v) {
                     out[v] = fmaf(a, gc[h][v], fmaf(d, qh[v], out[v]));
@@ -969,6 +1008,330 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
         float v = 0.f;
         for (int u = 0; u < NWARPS; ++u) v += smem[u * N_HORIZONS * HIDDEN_DIM + e];
         gqb[e] = scale * v;
+    }
+}
+#elif LAYOUT == 3
+// LAYOUT 3 (wide heads): one block per batch row, FP32 tiles through shared memory, flash-style
+// over chunks of KC = CHUNK / HIDDEN_DIM keys (double-buffered by cp.async):
+//   S[H][KC] = Q[H][D] . LN[KC][D]^T   thread tiles of 4 horizons x TK keys; D is split in
+//                                      KSPLIT slices when H*KC is small, the slices summed in order
+//   O[H][D] += P[H][KC] . LN[KC][D]     thread tiles of 4 horizons x 4 columns
+// Needs N_HORIZONS % 4 == 0, HIDDEN_DIM % 4 == 0 and N_HORIZONS*HIDDEN_DIM <= 16*BLOCK (the
+// host's restrictions say the same, so no variant that breaks them is ever compiled).
+#define WROW (HIDDEN_DIM + 4)  // padded shared row: float4 reads of 8 rows cover all 32 banks
+#define KC (CHUNK / HIDDEN_DIM)
+#define TK (N_HORIZONS * KC >= 2 * BLOCK ? 2 : 1)
+#define T1 (N_HORIZONS * KC / (4 * TK))  // threads per D slice
+#define KSPLIT (BLOCK / T1 > 0 ? BLOCK / T1 : 1)
+#define DSLICE (HIDDEN_DIM / KSPLIT)
+#define LOG2E 1.4426950408889634f
+static_assert(N_HORIZONS % 4 == 0 && HIDDEN_DIM % 4 == 0 && N_HORIZONS * HIDDEN_DIM <= 16 * BLOCK,
+              "LAYOUT 3: shape");
+static_assert(KC >= 1 && KC % TK == 0 && T1 <= BLOCK && BLOCK % T1 == 0, "LAYOUT 3: tiles");
+static_assert(HIDDEN_DIM % KSPLIT == 0 && DSLICE % 4 == 0, "LAYOUT 3: D slices");
+
+// Chunk c of a batch row's ln into buf: KC rows (zeros past K), row stride WROW.
+__device__ __forceinline__ void load_chunk(float* buf, const float* __restrict__ lnb, const int c,
+                                           const int K)
+{
+    const int k0 = c * KC;
+    for (int i = threadIdx.x; i < KC * HIDDEN_DIM / 4; i += BLOCK) {
+        const int k = i / (HIDDEN_DIM / 4), d = i % (HIDDEN_DIM / 4) * 4;
+        const bool valid = k0 + k < K;
+        copy_async<16>(buf + k * WROW + d, valid ? lnb + (size_t)(k0 + k) * HIDDEN_DIM + d : lnb,
+                       valid);
+    }
+    copy_commit();
+}
+
+// Visit v of a row walked over its nchunks chunks once or more: chunk v % nchunks, waited for
+// after the next visit's copies are issued into the other buffer, then a block barrier.
+__device__ __forceinline__ const float* next_chunk(float* lbuf, const float* __restrict__ lnb,
+                                                   const int v, const int visits,
+                                                   const int nchunks, const int K)
+{
+    if (v + 1 < visits) {
+        load_chunk(lbuf + ((v + 1) & 1) * KC * WROW, lnb, (v + 1) % nchunks, K);
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
+    __syncthreads();
+    return lbuf + (v & 1) * KC * WROW;
+}
+
+// Partial products of the shared rows a[N_HORIZONS][WROW] with the chunk's keys: thread
+// (slice s, horizon tile th, key tk) writes sp[s][h][k] for its 4 horizons and TK keys.
+__device__ __forceinline__ void chunk_products(const float* a, const float* buf, float* sp)
+{
+    const int s = threadIdx.x / T1, t1 = threadIdx.x % T1;
+    if (s >= KSPLIT) return;
+    const int th = t1 / (KC / TK), tk = t1 % (KC / TK);
+    float acc[4][TK];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < TK; ++j) acc[i][j] = 0.f;
+    for (int d = s * DSLICE; d < (s + 1) * DSLICE; d += 4) {
+        float4 qv[4], lv[TK];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            qv[i] = *reinterpret_cast<const float4*>(a + (th * 4 + i) * WROW + d);
+#pragma unroll
+        for (int j = 0; j < TK; ++j)
+            lv[j] = *reinterpret_cast<const float4*>(buf + (tk + j * (KC / TK)) * WROW + d);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < TK; ++j) {
+                acc[i][j] = fmaf(qv[i].x, lv[j].x, acc[i][j]);
+                acc[i][j] = fmaf(qv[i].y, lv[j].y, acc[i][j]);
+                acc[i][j] = fmaf(qv[i].z, lv[j].z, acc[i][j]);
+                acc[i][j] = fmaf(qv[i].w, lv[j].w, acc[i][j]);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < TK; ++j)
+            sp[(s * N_HORIZONS + th * 4 + i) * KC + tk + j * (KC / TK)] = acc[i][j];
+}
+
+// o[i][0..3] += sum over the chunk's keys of p[h0+i][k] * buf[k][d0..d0+3] (4x4 register tile).
+__device__ __forceinline__ void tile_accumulate(float (*o)[4], const float* p, const float* buf,
+                                                const int h0, const int d0)
+{
+    for (int k = 0; k < KC; ++k) {
+        const float4 lv = *reinterpret_cast<const float4*>(buf + k * WROW + d0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float w = p[(h0 + i) * KC + k];
+            o[i][0] = fmaf(w, lv.x, o[i][0]);
+            o[i][1] = fmaf(w, lv.y, o[i][1]);
+            o[i][2] = fmaf(w, lv.z, o[i][2]);
+            o[i][3] = fmaf(w, lv.w, o[i][3]);
+        }
+    }
+}
+
+// The chunk's attn[b, :, k0 .. k0+KC) into as[N_HORIZONS][KC] (zeros past K).
+__device__ __forceinline__ void load_attn(float* as, const float* __restrict__ attnb, const int k0,
+                                          const int K)
+{
+    for (int e = threadIdx.x; e < N_HORIZONS * KC; e += BLOCK) {
+        const int k = k0 + e % KC;
+        as[e] = k < K ? attnb[(size_t)(e / KC) * K + k] : 0.f;
+    }
+}
+
+// Forward: per chunk, the slices are summed in order by a warp per horizon, which writes the
+// raw scores to attn, moves the running max and sum (log2 units: q is pre-scaled by
+// scale*log2(e)) and leaves P = exp2(score - max) for the tile products. At the row's end ctx =
+// O / l and attn is normalised in place (the block's own writes, ordered by its barriers).
+// Dynamic shared memory (floats): qs [N_HORIZONS][WROW], ln chunks [2][KC][WROW], partial
+// scores [KSPLIT][N_HORIZONS][KC] (P in slice 0), running max, sum and rescale [3][N_HORIZONS].
+extern "C" __global__ void __launch_bounds__(BLOCK)
+pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
+             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
+             const int B)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;
+    float* lbuf = qs + N_HORIZONS * WROW;
+    float* sp = lbuf + 2 * KC * WROW;
+    float* mstat = sp + KSPLIT * N_HORIZONS * KC;
+    float* lstat = mstat + N_HORIZONS;
+    float* corr = lstat + N_HORIZONS;
+
+    const int b = blockIdx.x, tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
+    float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    const int nchunks = (K + KC - 1) / KC;
+
+    load_chunk(lbuf, lnb, 0, K);
+    for (int e = tid; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK)
+        qs[e / HIDDEN_DIM * WROW + e % HIDDEN_DIM] = q_h[e] * (scale * LOG2E);
+    for (int h = tid; h < N_HORIZONS; h += BLOCK) {
+        mstat[h] = -INFINITY;
+        lstat[h] = 0.f;
+    }
+    // The O tile: horizons h0..h0+3, columns d0..d0+3 (threads past N_HORIZONS*HIDDEN_DIM/16
+    // hold none).
+    const bool tile = tid < N_HORIZONS * HIDDEN_DIM / 16;
+    const int h0 = tid / (HIDDEN_DIM / 4) * 4, d0 = tid % (HIDDEN_DIM / 4) * 4;
+    float o[4][4] = {};
+
+    for (int c = 0; c < nchunks; ++c) {
+        const float* buf = next_chunk(lbuf, lnb, c, nchunks, nchunks, K);
+        chunk_products(qs, buf, sp);
+        __syncthreads();
+        for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+            const float mold = mstat[h];
+            float mx = mold;
+            for (int k = lane; k < KC; k += 32) {
+                float v = 0.f;
+                for (int t = 0; t < KSPLIT; ++t) v += sp[(t * N_HORIZONS + h) * KC + k];
+                const bool valid = c * KC + k < K;
+                v = valid ? v : -INFINITY;
+                sp[h * KC + k] = v;
+                if (valid) attnb[(size_t)h * K + c * KC + k] = v;
+                mx = fmaxf(mx, v);
+            }
+            mx = group_max<32>(mx);
+            float sum = 0.f;
+            for (int k = lane; k < KC; k += 32) {
+                const float p = exp2f(sp[h * KC + k] - mx);  // 0 past K
+                sp[h * KC + k] = p;
+                sum += p;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const float f = mold == -INFINITY ? 0.f : exp2f(mold - mx);
+                corr[h] = f;
+                lstat[h] = fmaf(lstat[h], f, sum);
+                mstat[h] = mx;
+            }
+        }
+        __syncthreads();
+        if (tile) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) o[i][j] *= corr[h0 + i];
+            tile_accumulate(o, sp, buf, h0, d0);
+        }
+        __syncthreads();  // P and this buffer are free for the next chunk
+    }
+
+    if (tile) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float inv = 1.f / lstat[h0 + i];
+            *reinterpret_cast<float4*>(ctx + ((size_t)b * N_HORIZONS + h0 + i) * HIDDEN_DIM + d0)
+                = make_float4(o[i][0] * inv, o[i][1] * inv, o[i][2] * inv, o[i][3] * inv);
+        }
+    }
+    for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+        const float m = mstat[h], inv = 1.f / lstat[h];
+        float* ah = attnb + (size_t)h * K;
+        for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - m) * inv;
+    }
+}
+
+// Backward, one pass over ln given the forward's ctx (two without: the first forms c):
+//   c[h] = grad_ctx[b,h,:] . ctx[b,h,:] (+ sum_k attn*grad_attn)     a warp per horizon
+//   per chunk: DW[H][KC] = GC . LN^T (chunk_products), DS = A * (DW + GA - c)
+//              grad_ln[KC][D] = A^T . GC + DS^T . (scale*Q), written once with float4 stores
+//              GQ[H][D] += DS . LN (4x4 register tiles)
+//   gq_scratch[b] = scale * GQ, reduced over rows by reduce_axis0.
+// Dynamic shared memory (floats): scale*Q and GC [2][N_HORIZONS][WROW]; ln chunks [2][KC][WROW];
+// partial products [KSPLIT][N_HORIZONS][KC] (DS in slice 0); attn [N_HORIZONS][KC]; c [N_HORIZONS].
+extern "C" __global__ void __launch_bounds__(BLOCK)
+pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
+              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+              const float* __restrict__ grad_attn, const float* __restrict__ ctx,
+              float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
+              float* __restrict__ ds_scratch, const int K, const float scale, const int B)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;
+    float* gcs = qs + N_HORIZONS * WROW;
+    float* lbuf = gcs + N_HORIZONS * WROW;
+    float* sp = lbuf + 2 * KC * WROW;
+    float* as = sp + KSPLIT * N_HORIZONS * KC;
+    float* cst = as + N_HORIZONS * KC;
+
+    const int b = blockIdx.x, tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
+    const float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    const float* gab = grad_attn ? grad_attn + (size_t)b * N_HORIZONS * K : nullptr;
+    const float* gcb = grad_ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+    float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
+    const int nchunks = (K + KC - 1) / KC;
+    const int passes = ctx ? 1 : 2;  // without ctx, a first pass over the chunks forms c
+
+
+
+    load_chunk(lbuf, lnb, 0, K);
+    for (int e = tid; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) {
+        qs[e / HIDDEN_DIM * WROW + e % HIDDEN_DIM] = q_h[e] * scale;
+        gcs[e / HIDDEN_DIM * WROW + e % HIDDEN_DIM] = gcb[e];
+    }
+    for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+        float v = 0.f;
+        if (ctx) {
+            const float* cb = ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM;
+            for (int d = lane; d < HIDDEN_DIM; d += 32) v = fmaf(gcb[h * HIDDEN_DIM + d], cb[d], v);
+        }
+        if (gab)
+            for (int k = lane; k < K; k += 32)
+                v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
+        v = warp_sum(v);
+        if (lane == 0) cst[h] = v;
+    }
+
+    // grad_ln: columns dl..dl+3 of keys kl, kl+KSTEP, ...; GQ: the 4x4 tile at (h0, d0).
+    constexpr int KSTEP = BLOCK / (HIDDEN_DIM / 4);
+    const int dl = tid % (HIDDEN_DIM / 4) * 4, kl = tid / (HIDDEN_DIM / 4);
+    const bool tile = tid < N_HORIZONS * HIDDEN_DIM / 16;
+    const int h0 = tid / (HIDDEN_DIM / 4) * 4, d0 = tid % (HIDDEN_DIM / 4) * 4;
+    float gq[4][4] = {};
+
+    for (int v = 0; v < passes * nchunks; ++v) {
+        const int k0 = v % nchunks * KC;
+        load_attn(as, attnb, k0, K);
+        const float* buf = next_chunk(lbuf, lnb, v, passes * nchunks, nchunks, K);
+        chunk_products(gcs, buf, sp);
+        __syncthreads();
+        if (v < (passes - 1) * nchunks) {
+            // First pass without ctx: c[h] += sum_k attn*dw, a warp per horizon in key order.
+            for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+                float s = 0.f;
+                for (int k = lane; k < KC; k += 32) {
+                    float dw = 0.f;
+                    for (int t = 0; t < KSPLIT; ++t) dw += sp[(t * N_HORIZONS + h) * KC + k];
+                    s = fmaf(as[h * KC + k], dw, s);
+                }
+                s = warp_sum(s);
+                if (lane == 0) cst[h] += s;
+            }
+            __syncthreads();
+            continue;
+        }
+        for (int e = tid; e < N_HORIZONS * KC; e += BLOCK) {
+            const int h = e / KC, k = k0 + e % KC;
+            float dw = 0.f;
+            for (int t = 0; t < KSPLIT; ++t) dw += sp[t * N_HORIZONS * KC + e];
+            const float ga = gab && k < K ? gab[(size_t)h * K + k] : 0.f;
+            sp[e] = as[e] * (dw + ga - cst[h]);  // 0 past K: as is 0 there
+        }
+        __syncthreads();
+        if (kl < KSTEP) {
+            for (int k = kl; k < KC && k0 + k < K; k += KSTEP) {
+                float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int h = 0; h < N_HORIZONS; ++h) {
+                    const float a = as[h * KC + k], ds = sp[h * KC + k];
+                    const float4 g = *reinterpret_cast<const float4*>(gcs + h * WROW + dl);
+                    const float4 q = *reinterpret_cast<const float4*>(qs + h * WROW + dl);
+                    o.x = fmaf(a, g.x, fmaf(ds, q.x, o.x));
+                    o.y = fmaf(a, g.y, fmaf(ds, q.y, o.y));
+                    o.z = fmaf(a, g.z, fmaf(ds, q.z, o.z));
+                    o.w = fmaf(a, g.w, fmaf(ds, q.w, o.w));
+                }
+                *reinterpret_cast<float4*>(glnb + (size_t)(k0 + k) * HIDDEN_DIM + dl) = o;
+            }
+        }
+        if (tile) tile_accumulate(gq, sp, buf, h0, d0);
+        __syncthreads();  // as, sp and this buffer are free for the next chunk
+    }
+    if (tile) {
+        float* row = gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            *reinterpret_cast<float4*>(row + (h0 + i) * HIDDEN_DIM + d0) = make_float4(
+                gq[i][0] * scale, gq[i][1] * scale, gq[i][2] * scale, gq[i][3] * scale);
     }
 }
 #endif

@@ -70,7 +70,8 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """The GPU test record: a run on the GPU is evidence only if its counts are kept."""
-    if not session.config.getoption("--gpu-record"):
+    # under pytest-xdist the controller holds every worker's results: it alone writes
+    if not session.config.getoption("--gpu-record") or hasattr(session.config, "workerinput"):
         return
     import datetime
     import sys

@@ -51,7 +51,8 @@ def test_launch_override_is_reported():
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
     assert pool.chosen["forward"] == {
         "params": {"BLOCK": 256, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-                   "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0}, "source": "user"}
+                   "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0, "SMEM_SCORES": 0, "CHUNK": 4096},
+        "source": "user"}
 
 
 def test_a_partial_launch_gets_its_layouts_values():
@@ -162,7 +163,8 @@ _L2 = {"LAYOUT": 2}
     ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
     ({"N_HORIZONS": 1, "HIDDEN_DIM": 30}, {"B": 1, "K": 65536})])
 @pytest.mark.parametrize("params", [
-    {}, {"QREG": 1}, {"GROUP": 16, "TEAMS": 2}, {"GROUP": 32, "TEAMS": 1, "GRID": 1},
+    {}, {"QREG": 1}, {"SMEM_SCORES": 0}, {"GROUP": 16, "TEAMS": 2},
+    {"GROUP": 32, "TEAMS": 1, "GRID": 1},
     {"BLOCK": 256, "TEAMS": 2, "GRID": 4}, {"BLOCK": 64, "TEAMS": 1, "VEC": 1, "GRID": 2}],
     ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
 @pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
@@ -190,13 +192,13 @@ def test_layout_2_register_caps_agree(params):
         assert_variant_passes(kernel, template, shape, point)
 
 
-@pytest.mark.parametrize("layout", [0, 1, 2])
+@pytest.mark.parametrize("layout", [0, 1, 2, 3])
 @pytest.mark.parametrize("with_grad_attn", [False, True])
 def test_backward_with_and_without_ctx(layout, with_grad_attn):
     """With ctx (one pass over ln) and without (the old call): both match the reference and
     repeat bitwise."""
     rng = np.random.default_rng(11)
-    h, d, b, k = 5, 128, 9, 37
+    h, d, b, k = (8, 128, 5, 70) if layout == 3 else (5, 128, 9, 37)
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     gc = rng.standard_normal((b, h, d), dtype=F32)
     ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None
@@ -213,6 +215,29 @@ def test_backward_with_and_without_ctx(layout, with_grad_attn):
         assert gln.get().tobytes() == gln2.get().tobytes()
         np.testing.assert_allclose(gq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
         np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+
+
+# --- LAYOUT 3: wide heads, shared-memory tiles over key chunks ---
+
+@pytest.mark.parametrize("template,shape", [
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 3, "K": 64}),     # one chunk, KSPLIT 1
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 2, "K": 100}),    # a partial last chunk
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {"B": 2, "K": 33}),      # D split in slices
+    ({"N_HORIZONS": 16, "HIDDEN_DIM": 256}, {"B": 3, "K": 1}),
+    ({"N_HORIZONS": 4, "HIDDEN_DIM": 4}, {"B": 1, "K": 3000}),      # two keys a thread
+    ({"N_HORIZONS": 4, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 64}, {"B": 2, "K": 200})])
+@pytest.mark.parametrize("params", [{}, {"CHUNK": 2048}, {"CHUNK": 8192}, {"BLOCK": 128},
+                                    {"BLOCK": 512}],
+                         ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "first")
+@pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
+def test_layout_3_matches_reference(template, shape, params, kernel):
+    space = ph.PerHorizonAttentionPool.SPACES[kernel.split(".")[1]]
+    points = [p for p in space.points(template, shape) if p["LAYOUT"] == 3
+              and all(p[k] == v for k, v in params.items())]
+    if not points:
+        pytest.skip(f"no LAYOUT 3 point with {params} at {template}")
+    assert_variant_passes(kernel, template, shape, points[0])
 
 
 def test_keys_beyond_the_range_raise_before_launch():

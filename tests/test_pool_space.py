@@ -1,6 +1,6 @@
 """CPU: every shape in the pool's supported range has a valid launch point, found the way the
 op finds it (the default, else its nearest valid point); both kernels run LAYOUT 2 across the
-range but the widest heads, which LAYOUT 1 serves."""
+range but the widest heads, which LAYOUT 1 serves by default and LAYOUT 3 where tuned."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from pycuda_heads.catalog import catalog
 from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES
 from pycuda_heads.ops.pool import (BACKWARD_SPACE, FORWARD_SPACE, MAX_HIDDEN_DIM, MAX_HORIZONS,
-                                   MAX_K)
+                                   MAX_K, backward_shared_bytes, forward_shared_bytes)
 
 HORIZONS = (1, 2, 5, 8, 17, MAX_HORIZONS)
 DIMS = (1, 2, 30, 64, 127, 128, 256, 500, 512, 1000, MAX_HIDDEN_DIM)
@@ -46,13 +46,29 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
 def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     """No two valid points of one layout differ only in a knob that layout ignores."""
     layout2 = ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "MIN_BLOCKS")
-    for space, extra in ((FORWARD_SPACE, ("QREG",)), (BACKWARD_SPACE, ())):
-        read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra}
-        for template in ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"N_HORIZONS": 16, "HIDDEN_DIM": 30}):
+    for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES")), (BACKWARD_SPACE, ())):
+        read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra,
+                3: ("BLOCK", "CHUNK")}
+        for template, layouts in (({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {0, 1, 2}),
+                                  ({"N_HORIZONS": 16, "HIDDEN_DIM": 30}, {0, 1, 2}),
+                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 128}, {0, 1, 2, 3})):
             points = space.points(template)
             keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
             assert len(keys) == len(set(keys)), space.kernel
-            assert {p["LAYOUT"] for p in points} == {0, 1, 2}, space.kernel
+            assert {p["LAYOUT"] for p in points} == layouts, space.kernel
+
+
+def test_layout_3_shared_memory_matches_the_kernels_layout() -> None:
+    """The host's byte count for LAYOUT 3 follows the kernel's tiles: at H=32, D=128, CHUNK
+    8192 (64 keys a chunk, 2 keys a thread, one D slice) the forward holds the queries and two
+    chunks ((32 + 2*64) rows of 132 floats), 32x64 scores and 3x32 statistics."""
+    template, shape = {"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"K": 64}
+    point = FORWARD_SPACE.complete({"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}, template)
+    assert FORWARD_SPACE.violated(point, template) is None
+    assert forward_shared_bytes(point, {**template, **shape}) == 4 * (160 * 132 + 32 * 64 + 96)
+    point = BACKWARD_SPACE.complete({"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}, template)
+    assert backward_shared_bytes(point, {**template, **shape}) == 4 * (
+        192 * 132 + 32 * 64 + 32 * 64 + 32)
 
 
 def test_a_partial_launch_keeps_its_knobs_and_fills_the_rest_validly() -> None:

@@ -16,7 +16,7 @@ from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
-# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0 and 2 cannot).
+# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2 and 3 cannot).
 MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 
 # Per-lane register rows. LAYOUT 0: q (and acc, or grad_ctx/q/grad_q in the backward) for every
@@ -25,15 +25,28 @@ MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 _ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
-           "LAYOUT": (0, 1)}
+           "LAYOUT": (0, 1, 2, 3)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
 # wave), blocks per SM the registers must allow (0: ptxas decides), and (forward) queries in
-# registers. LAYOUT 0
-# and 1 read none of them and pin each to one value.
+# registers and raw scores in shared memory. The other layouts read none of them and pin each
+# to one value.
 _LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
             "MIN_BLOCKS": (0, 2, 3, 4)}
 _PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS) == (32, 1, 0, 0)"
+# LAYOUT 3's knob: floats of ln per shared-memory chunk (CHUNK // HIDDEN_DIM keys); the other
+# layouts pin it. Its tiles: TK keys a thread, T1 threads a D slice, KSPLIT slices.
+_CHUNK = {"CHUNK": (2048, 4096, 8192)}
+_KC = "(CHUNK // HIDDEN_DIM)"
+_TK = f"(2 if N_HORIZONS * {_KC} >= 2 * BLOCK else 1)"
+_T1 = f"(N_HORIZONS * {_KC} // (4 * {_TK}))"
+_LAYOUT3 = (
+    "LAYOUT == 3 or CHUNK == 4096",
+    f"LAYOUT != 3 or ({_PINNED} and VEC == 4 and UNROLL == 1 and N_HORIZONS % 4 == 0 "
+    "and HIDDEN_DIM % 4 == 0 and N_HORIZONS * HIDDEN_DIM <= 16 * BLOCK)",
+    f"LAYOUT != 3 or ({_KC} >= 1 and {_KC} % {_TK} == 0 "
+    f"and N_HORIZONS * {_KC} % (4 * {_TK}) == 0 and 0 < {_T1} <= BLOCK and BLOCK % {_T1} == 0 "
+    f"and HIDDEN_DIM % (BLOCK // {_T1}) == 0 and HIDDEN_DIM // (BLOCK // {_T1}) % 4 == 0)")
 _LAYOUT2_LIMITS = (
     # fewer than 64 registers a thread spill the per-lane rows
     "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
@@ -58,13 +71,25 @@ def _tile_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return 0 if items >= p["BLOCK"] else 4 * (p["BLOCK"] // items) * items * tile * p["VEC"]
 
 
+def _chunk_floats(p: Mapping[str, Any], env: Mapping[str, Any]) -> tuple[int, int]:
+    """LAYOUT 3: (floats of the queries and the two ln chunks, floats of the partial products)."""
+    h, d = env["N_HORIZONS"], env["HIDDEN_DIM"]
+    kc = p["CHUNK"] // d
+    t1 = h * kc // (4 * (2 if h * kc >= 2 * p["BLOCK"] else 1))
+    return (h + 2 * kc) * (d + 4), max(p["BLOCK"] // t1, 1) * h * kc
+
+
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
-    if p["LAYOUT"] == 2:  # ring, queries unless in registers, merge buffers unless TW == 1
-        merge = 0 if p["TEAMS"] == w else 2 * w * h * d + 4 * w * h
-        return 4 * (w * _STAGES * (32 // p["GROUP"]) * d + (0 if p["QREG"] else h * d) + merge)
+    if p["LAYOUT"] == 2:  # ring, queries unless in registers, merge buffers unless TW == 1,
+        merge = 0 if p["TEAMS"] == w else 2 * w * h * d + 4 * w * h  # scores in smem
+        return 4 * (w * _STAGES * (32 // p["GROUP"]) * d + (0 if p["QREG"] else h * d) + merge
+                    + p["SMEM_SCORES"] * w * h * k)
+    if p["LAYOUT"] == 3:  # queries, ln chunks, partial scores, max/sum/rescale
+        rows, products = _chunk_floats(p, env)
+        return 4 * (rows + products + 3 * h)
     return 4 * (h * k + 2 * w * h + w * h * d + 2 * h)
 
 
@@ -76,6 +101,9 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
         kpw = 32 // p["GROUP"]
         slot = kpw * d + -(-2 * h * kpw // 4) * 4
         return 4 * (w * max(_STAGES * slot, h * d) + h * d)
+    if p["LAYOUT"] == 3:  # queries, grad_ctx, ln chunks, partial products, attn chunk, c
+        rows, products = _chunk_floats(p, env)
+        return 4 * (rows + h * (d + 4) + products + h * (p["CHUNK"] // d) + h)
     return 4 * (2 * h * k + h + w * h * d)
 
 
@@ -83,31 +111,36 @@ _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
     kernel="pool.forward",
-    params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2, "QREG": (0, 1)},
+    params={**_COMMON, **_LAYOUT2, "QREG": (0, 1), "SMEM_SCORES": (0, 1), **_CHUNK},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0},
+             "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0, "SMEM_SCORES": 1, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
-                  f"LAYOUT == 2 or ({_PINNED} and QREG == 0)",
-                  *_LAYOUT2_LIMITS,
+                  f"LAYOUT in (2, 3) or {_PINNED}",
+                  "LAYOUT == 2 or QREG == 0",
+                  # scores in shared memory: one-warp teams only (no merge buffers there)
+                  "SMEM_SCORES == 0 or (LAYOUT == 2 and TEAMS == BLOCK // 32)",
+                  *_LAYOUT2_LIMITS, *_LAYOUT3,
                   # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling:
                   # acc (and q with QREG) of every horizon and one ln step
                   f"LAYOUT != 2 or ((1 + QREG) * N_HORIZONS + 1) * {_GCOLS} "
                   "+ 2 * N_HORIZONS <= 200"),
-    launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
+    # beyond 8 KB a warp the scores buffer costs blocks per SM
+    launch_restrictions=(*_LAUNCH, "SMEM_SCORES == 0 or N_HORIZONS * K <= 2048"),
+    shared_bytes=forward_shared_bytes)
 
 BACKWARD_SPACE = KernelSpace(
-    kernel="pool.backward", params={**_COMMON, "LAYOUT": (0, 1, 2), **_LAYOUT2},
+    kernel="pool.backward", params={**_COMMON, **_LAYOUT2, **_CHUNK},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 16, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 0},
+             "GRID": 0, "MIN_BLOCKS": 0, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
                   # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
                   f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32",
-                  f"LAYOUT == 2 or {_PINNED}",
-                  *_LAYOUT2_LIMITS,
+                  f"LAYOUT in (2, 3) or {_PINNED}",
+                  *_LAYOUT2_LIMITS, *_LAYOUT3,
                   # per lane: grad_ctx and the grad_q_h partial of every horizon, an ln row, a
                   # grad_ln row and a query row
                   f"LAYOUT != 2 or (2 * N_HORIZONS + 3) * {_GCOLS} + N_HORIZONS <= 168"),
