@@ -1186,6 +1186,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 sum += p;
             }
             sum = warp_sum(sum);
+            __syncwarp();  // every lane has read mstat[h] before lane 0 moves it
             if (lane == 0) {
                 const float f = mold == -INFINITY ? 0.f : exp2f(mold - mx);
                 corr[h] = f;

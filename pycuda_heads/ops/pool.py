@@ -113,7 +113,7 @@ FORWARD_SPACE = KernelSpace(
     kernel="pool.forward",
     params={**_COMMON, **_LAYOUT2, "QREG": (0, 1), "SMEM_SCORES": (0, 1), **_CHUNK},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0, "SMEM_SCORES": 1, "CHUNK": 4096},
+             "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0, "SMEM_SCORES": 0, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
