@@ -101,10 +101,7 @@ class KernelSpace:
         itself when no point is valid."""
         if self.violated(point, env, shape) is None:
             return dict(point)
-        valid = self.points(env, shape)
-        if not valid:
-            return dict(point)
-        return max(valid, key=lambda p: sum(p[k] == point[k] for k in p))
+        return _closest(self.points(env, shape), point) or dict(point)
 
     def complete(self, partial: Mapping[str, Any] | None,
                  env: Mapping[str, Any] | None = None) -> Point:
@@ -124,9 +121,12 @@ class KernelSpace:
         if env is None or self.violated(point, env) is None:
             return point
         keeping = [p for p in self.points(env) if all(p[k] == v for k, v in partial.items())]
-        if not keeping:
-            return point
-        return max(keeping, key=lambda p: sum(p[k] == self.default[k] for k in p))
+        return _closest(keeping, self.default) or point
+
+
+def _closest(points: list[Point], to: Mapping[str, Any]) -> Point | None:
+    """The first of ``points`` sharing most knob values with ``to``; None when there are none."""
+    return max(points, key=lambda p: sum(p[k] == to[k] for k in p), default=None)
 
 
 def residual_pairs_space(kernel: str) -> KernelSpace:
