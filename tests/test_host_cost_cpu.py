@@ -81,7 +81,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(core_compile, "_module", lambda source: FakeModule())
     monkeypatch.setattr(core_compile, "_KERNELS", {})
     monkeypatch.setenv("PYCUDA_HEADS_SYNC", "0")
-    caches = (arrays._gpuarray, arrays._array_fields)
+    caches = (arrays._gpuarray, arrays._array_fields, arrays._packed)
     for cache in caches:
         cache.cache_clear()
     yield counter
@@ -199,3 +199,21 @@ def test_outputs_are_fresh_arrays_from_the_current_memory_source(fake_gpu):
     assert arrays.empty((0, 3)).gpudata is None
     view = arrays.wrap((H,), np.dtype(np.float32), 1234, a)
     assert (view.shape, view.gpudata, view.base, view.strides) == ((H,), 1234, a, (4,))
+
+
+def test_parts_of_one_allocation_are_aligned_and_views_are_back_to_back(fake_gpu):
+    fake_gpu.restart()
+    grad_ctx, scratch = arrays.empty_parts((3, H, D), (1, H * D + 2 * H))
+    at = grad_ctx.gpudata
+    assert grad_ctx.shape == (3, H, D) and grad_ctx.base == at
+    # 7680 bytes of grad_ctx, then the scratch at the next 256-byte boundary
+    assert (scratch.shape, scratch.gpudata, scratch.base) == ((1, 650), at + 7680, at)
+    assert arrays.empty((1,)).gpudata == at + 4096  # one allocation only
+    w, b, a = arrays.split(scratch, (H, D), (H,), (H,))
+    assert [v.gpudata for v in (w, b, a)] == [at + 7680, at + 7680 + 4 * H * D,
+                                             at + 7680 + 4 * (H * D + H)]
+    assert [v.shape for v in (w, b, a)] == [(H, D), (H,), (H,)]
+    assert all(v.base is scratch for v in (w, b, a))
+    with arrays.poisoned_outputs():  # every part is a buffer of its own, filled
+        parts = arrays.empty_parts((2,), (3,))
+    assert len({p.gpudata for p in parts}) == 2 and all(np.isnan(p.filled) for p in parts)

@@ -56,6 +56,26 @@ def wrap(shape: tuple[int, ...], dtype: np.dtype, gpudata: Any, base: Any = None
     return _new_array(*_array_fields(shape, dtype), gpudata, base)
 
 
+@lru_cache(maxsize=1024)
+def _packed(shapes: tuple[tuple[int, ...], ...], align: int) -> tuple[tuple[tuple, int], ...]:
+    """((GPUArray class and fields, byte offset) per float32 shape, in order, each offset a
+    multiple of ``align``), total bytes."""
+    layout, at = [], 0
+    for shape in shapes:
+        cls, fields = _array_fields(shape, _F32)
+        layout.append(((cls, fields), at))
+        at += -(-fields["nbytes"] // align) * align
+    return tuple(layout), at
+
+
+def split(base: Any, *shapes: tuple[int, ...]) -> tuple[Any, ...]:
+    """C-contiguous float32 views of ``base``'s memory (a device array), laid back to back in
+    ``shapes``' order; each keeps ``base`` alive."""
+    layout, _ = _packed(shapes, 4)
+    at = int(base.gpudata)
+    return tuple(_new_array(*kind, at + offset, base) for kind, offset in layout)
+
+
 def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
                 dims: MutableMapping[str, int]) -> None:
     """Bind named axes (B, K, ...) on first sight; later arguments must agree with them."""
@@ -229,6 +249,17 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     if _SOURCES or _POISON[0] or not nbytes:
         return _sourced(cls, fields, nbytes)
     return _new_array(cls, fields, allocator()(nbytes), None)
+
+
+def empty_parts(*shapes: tuple[int, ...]) -> tuple[Any, ...]:
+    """Pooled float32 arrays of ``shapes`` from one allocation, each 256-byte aligned (what a
+    launch that needs an output and its scratch pays one pool call for, not two)."""
+    if _SOURCES or _POISON[0]:  # an arena records every buffer; poison fills every buffer
+        return tuple(empty(shape) for shape in shapes)
+    layout, nbytes = _packed(shapes, 256)
+    block = allocator()(nbytes)
+    at = int(block)
+    return tuple(_new_array(*kind, at + offset, block) for kind, offset in layout)
 
 
 def _sourced(cls: type, fields: dict[str, Any], nbytes: int) -> Any:

@@ -8,13 +8,12 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import Inputs, check_aligned, empty, output_buffer, wrap
+from ..core.arrays import Inputs, check_aligned, empty, empty_parts, output_buffer, split
 from ..core.op import HorizonOp
 from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor, uniform2
 from .reduce import reducer
 
-_F32 = np.dtype(np.float32)
 
 FORWARD_SPACE = residual_pairs_space("resgate.forward")
 
@@ -74,22 +73,24 @@ class ResidualGate(HorizonOp):
         (ctx, w_res, alpha, residual, grad_out), dims = BACKWARD_INPUTS.adapt(
             self._checked, self.bound, ctx, w_res, alpha, residual, grad_out)
         b, h, d = dims["B"], dims["H"], dims["D"]
-        out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
         plan = self.plan("backward", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), -(-h * d // (p["BLOCK"] * p["VEC"])), 1),
             (p["BLOCK"], 1, 1), 0))
-        check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
         groups = plan.grid[0]
         cols = h * d + 2 * h  # scratch row: grad_w_res | grad_bias_res | grad_alpha
-        scratch = empty((groups, cols))
+        if out is None and not accumulate:  # grad_ctx and the scratch from one pool call
+            out, scratch = empty_parts((b, h, d), (groups, cols))
+        else:
+            out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
+            scratch = empty((groups, cols))
+        check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, alpha.gpudata,
                     residual.gpudata, grad_out.gpudata, scratch.gpudata, out.gpudata,
                     b, 1 if accumulate else 0, stream=stream)
         # One row group wrote the final sums: no reduce launch (what keeps small B fast).
         sums = scratch if groups == 1 else reducer().sum_rows(scratch, groups, cols, stream)
-        at = int(sums.gpudata)
-        return (wrap((h, d), _F32, at, sums), wrap((h,), _F32, at + 4 * h * d, sums), out,
-                grad_out, wrap((h,), _F32, at + 4 * (h * d + h), sums))
+        grad_w_res, grad_bias_res, grad_alpha = split(sums, (h, d), (h,), (h,))
+        return grad_w_res, grad_bias_res, out, grad_out, grad_alpha
 
 
 def torch_forward(torch: Any, ctx: Any, w_res: Any, bias_res: Any, head: Any,
