@@ -214,6 +214,26 @@ def test_parts_of_one_allocation_are_aligned_and_views_are_back_to_back(fake_gpu
                                              at + 7680 + 4 * (H * D + H)]
     assert [v.shape for v in (w, b, a)] == [(H, D), (H,), (H,)]
     assert all(v.base is scratch for v in (w, b, a))
-    with arrays.poisoned_outputs():  # every part is a buffer of its own, filled
-        parts = arrays.empty_parts((2,), (3,))
-    assert len({p.gpudata for p in parts}) == 2 and all(np.isnan(p.filled) for p in parts)
+    tight = arrays.empty_parts((H,), (H,), (2,), align=4)
+    assert [v.gpudata - tight[0].gpudata for v in tight] == [0, 20, 40]
+    with arrays.poisoned_outputs():  # one buffer, filled, carved as ever
+        parts = arrays.empty_parts((2,), (3,), align=4)
+    assert parts[1].gpudata - parts[0].gpudata == 8 and np.isnan(parts[0].base.filled)
+
+
+@pytest.mark.parametrize("b", [3, 1000])
+def test_resgate_backward_carves_its_gradients_from_one_allocation(fake_gpu, b):
+    """One row group (B=3): grad_ctx and the gradient row in one allocation, the kernel's
+    scratch pointer being grad_w_res's; several (B=1000): the reduce's output row is split."""
+    rg = ph.ResidualGate(H, D, launch={"backward": {"ROWS": 16 if b > 3 else 256}})
+    fake_gpu.restart()
+    with recorded_launches() as made:
+        gw, gb, gctx, _, ga = rg.backward(gpu(b, H, D), gpu(H, D), gpu(H), gpu(b, H), gpu(b, H))
+    assert [v.shape for v in (gw, gb, gctx, ga)] == [(H, D), (H,), (b, H, D), (H,)]
+    assert gb.gpudata == gw.gpudata + 4 * H * D and ga.gpudata == gb.gpudata + 4 * H
+    scratch = made[0][3][5]
+    if b == 3:
+        assert len(made) == 1 and scratch == gw.gpudata == gctx.gpudata + 4 * b * H * D
+    else:
+        assert [k.name for k, *_ in made] == ["resgate_backward", "reduce_axis0"]
+        assert made[1][3][:2] == (scratch, gw.gpudata)

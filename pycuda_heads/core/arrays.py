@@ -68,12 +68,12 @@ def _packed(shapes: tuple[tuple[int, ...], ...], align: int) -> tuple[tuple[tupl
     return tuple(layout), at
 
 
-def split(base: Any, *shapes: tuple[int, ...]) -> tuple[Any, ...]:
+def split(base: Any, *shapes: tuple[int, ...]) -> list[Any]:
     """C-contiguous float32 views of ``base``'s memory (a device array), laid back to back in
     ``shapes``' order; each keeps ``base`` alive."""
     layout, _ = _packed(shapes, 4)
     at = int(base.gpudata)
-    return tuple(_new_array(*kind, at + offset, base) for kind, offset in layout)
+    return [_new_array(cls, fields, at + offset, base) for (cls, fields), offset in layout]
 
 
 def check_shape(name: str, shape: Sequence[int], axes: Sequence[str],
@@ -251,15 +251,18 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     return _new_array(cls, fields, allocator()(nbytes), None)
 
 
-def empty_parts(*shapes: tuple[int, ...]) -> tuple[Any, ...]:
-    """Pooled float32 arrays of ``shapes`` from one allocation, each 256-byte aligned (what a
-    launch that needs an output and its scratch pays one pool call for, not two)."""
-    if _SOURCES or _POISON[0]:  # an arena records every buffer; poison fills every buffer
-        return tuple(empty(shape) for shape in shapes)
-    layout, nbytes = _packed(shapes, 256)
-    block = allocator()(nbytes)
-    at = int(block)
-    return tuple(_new_array(*kind, at + offset, block) for kind, offset in layout)
+def empty_parts(*shapes: tuple[int, ...], align: int = 256) -> list[Any]:
+    """Pooled float32 arrays of ``shapes`` carved from one allocation, in order, each starting at
+    a multiple of ``align`` bytes (4: back to back, so that a kernel may write across them as
+    one row): what a launch that needs several buffers pays one pool call for."""
+    layout, nbytes = _packed(shapes, align)
+    if _SOURCES or _POISON[0]:  # the memory source or the NaN fill sees one buffer
+        block = empty((nbytes // 4,))
+        at = int(block.gpudata)
+    else:
+        block = allocator()(nbytes)
+        at = int(block)
+    return [_new_array(cls, fields, at + offset, block) for (cls, fields), offset in layout]
 
 
 def _sourced(cls: type, fields: dict[str, Any], nbytes: int) -> Any:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import Inputs, check_aligned, empty, empty_parts, output_buffer, split
+from ..core.arrays import Inputs, check_aligned, empty_parts, output_buffer, split
 from ..core.op import HorizonOp
 from ..core.space import KernelSpace, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor, uniform2
@@ -54,7 +54,7 @@ class ResidualGate(HorizonOp):
         plan = self.plan("forward", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
-        out, residual = empty((b, self.n_horizons)), empty((b, self.n_horizons))
+        out, residual = empty_parts((b, self.n_horizons), (b, self.n_horizons))
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
                     head.gpudata, alpha.gpudata, out.gpudata, residual.gpudata, b,
                     stream=stream)
@@ -76,20 +76,24 @@ class ResidualGate(HorizonOp):
         plan = self.plan("backward", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), -(-h * d // (p["BLOCK"] * p["VEC"])), 1),
             (p["BLOCK"], 1, 1), 0))
-        groups = plan.grid[0]
-        cols = h * d + 2 * h  # scratch row: grad_w_res | grad_bias_res | grad_alpha
+        groups, cols = plan.grid[0], h * d + 2 * h
+        grads = ((h, d), (h,), (h,))  # a scratch row: grad_w_res | grad_bias_res | grad_alpha
+        # With one row group its row is the final sum: the gradients themselves, carved back to
+        # back, and no reduce launch (what keeps small B fast).
+        rows = (groups, cols) if groups > 1 else None
+        parts = (rows,) if rows else grads
         if out is None and not accumulate:  # grad_ctx and the scratch from one pool call
-            out, scratch = empty_parts((b, h, d), (groups, cols))
+            out, *scratch = empty_parts((b, h, d), *parts, align=4)
         else:
             out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
-            scratch = empty((groups, cols))
+            scratch = empty_parts(*parts, align=4)
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
         plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, alpha.gpudata,
-                    residual.gpudata, grad_out.gpudata, scratch.gpudata, out.gpudata,
+                    residual.gpudata, grad_out.gpudata, scratch[0].gpudata, out.gpudata,
                     b, 1 if accumulate else 0, stream=stream)
-        # One row group wrote the final sums: no reduce launch (what keeps small B fast).
-        sums = scratch if groups == 1 else reducer().sum_rows(scratch, groups, cols, stream)
-        grad_w_res, grad_bias_res, grad_alpha = split(sums, (h, d), (h,), (h,))
+        if rows:
+            scratch = split(reducer().sum_rows(scratch[0], groups, cols, stream), *grads)
+        grad_w_res, grad_bias_res, grad_alpha = scratch
         return grad_w_res, grad_bias_res, out, grad_out, grad_alpha
 
 
