@@ -6,6 +6,18 @@
 // VEC, and UNROLL for the backward: the knob present selects the kernel compiled. No atomics.
 #include "heads_common.cuh"
 
+// Programmatic dependent launch (sm_90 on; the host launches this family with it where it can):
+// the stream's next kernel may begin launching now, and nothing after this touches memory
+// before the previous kernel has finished and its writes are visible. On a plain launch both
+// instructions do nothing. What it saves is the launch latency between small kernels.
+__device__ __forceinline__ void pdl_enter()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #ifndef UNROLL
 // Forward: residual_forward's loop (so residual is bitwise that kernel's at equal VEC) with the
 // gate applied where the residual is written.
@@ -16,6 +28,7 @@ resgate_forward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                 const float* __restrict__ alpha, float* __restrict__ out,
                 float* __restrict__ residual, const int B)
 {
+    pdl_enter();
     residual_pairs(ctx, w_res, B, [&](int p, int h, float dot) {
         const float r = dot + bias_res[h];
         const float t = tanhf(alpha[h]);
@@ -45,6 +58,7 @@ resgate_backward(const float* __restrict__ ctx, const float* __restrict__ w_res,
                  const float* __restrict__ grad_out, float* __restrict__ scratch,
                  float* __restrict__ grad_ctx, const int B, const int accumulate)
 {
+    pdl_enter();
     const int e = (blockIdx.y * BLOCK + threadIdx.x) * VEC;
     if (e >= HD) return;
     const int b0 = blockIdx.x * ROWS;

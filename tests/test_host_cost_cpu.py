@@ -80,6 +80,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(arrays, "allocator", lambda: counter)
     monkeypatch.setattr(core_compile, "_module", lambda source: FakeModule())
     monkeypatch.setattr(core_compile, "_KERNELS", {})
+    monkeypatch.setattr(core_compile, "_PDL", [False])  # plain launches unless a test says so
     monkeypatch.setenv("PYCUDA_HEADS_SYNC", "0")
     caches = (arrays._gpuarray, arrays._array_fields, arrays._packed)
     for cache in caches:
@@ -237,3 +238,103 @@ def test_resgate_backward_carves_its_gradients_from_one_allocation(fake_gpu, b):
     else:
         assert [k.name for k, *_ in made] == ["resgate_backward", "reduce_axis0"]
         assert made[1][3][:2] == (scratch, gw.gpudata)
+
+
+class FakeDriver:
+    """The cuda-bindings calls a programmatic dependent launch makes; launches are recorded."""
+    CUlaunchAttributeID = types.SimpleNamespace(
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION="programmatic")
+    CUfunction_attribute = types.SimpleNamespace(
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max dynamic shared")
+
+    class CUlaunchConfig:
+        pass
+
+    class CUlaunchAttribute:
+        def __init__(self):
+            self.value = types.SimpleNamespace()
+
+    def __init__(self):
+        self.launches, self.result = [], 0
+
+    def CUstream(self, handle):
+        return ("stream", handle)
+
+    def cuModuleLoadData(self, image):
+        return 0, ("module", image)
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, name.decode()
+
+    def cuLaunchKernelEx(self, config, function, values, extra):
+        self.launches.append((config, function, values))
+        return (self.result,)
+
+
+@pytest.fixture
+def fake_pdl(fake_gpu, monkeypatch):
+    cu = FakeDriver()
+    monkeypatch.setattr(core_compile, "_PDL", [])
+    monkeypatch.setattr(core_compile, "bindings", lambda: cu)
+    monkeypatch.setattr(core_compile, "compute_capability", lambda: (9, 0))
+    monkeypatch.setitem(sys.modules, "pycuda.compiler", types.SimpleNamespace(
+        compile=lambda source, no_extern_c, options: b"cubin"))
+    return cu
+
+
+def test_a_pdl_family_launches_with_programmatic_stream_serialization(fake_pdl):
+    rg = ph.ResidualGate(H, D)
+    stream = types.SimpleNamespace(handle=77)
+    x = resgate_inputs(3)
+    with recorded_launches() as made:
+        for _ in range(2):
+            rg.forward(*x, stream=stream)
+    (c1, f1, (values, ctypes_)), (c2, _, _) = fake_pdl.launches
+    assert f1 == "resgate_forward" and c1 is c2  # the configuration is built once
+    assert (c1.gridDimX, c1.blockDimX, c1.sharedMemBytes) == (made[0][1][0], made[0][2][0], 0)
+    assert c1.hStream == ("stream", 77) and c1.numAttrs == 1
+    assert c1.attrs[0].id == "programmatic"
+    assert c1.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    # device pointers as ints, then B, in the C signature's types
+    assert values[:5] == (1 << 30,) * 5 and values[7] == 3
+    assert [t.__name__ for t in ctypes_] == ["c_void_p"] * 7 + ["c_int"]
+    fake_pdl.result = 700  # a failing launch names the kernel
+    with pytest.raises(core_compile.LaunchError, match="launch of resgate_forward failed.*700"):
+        rg.forward(*x)
+
+
+def test_pdl_needs_compute_capability_9_and_cuda_bindings(fake_pdl, monkeypatch):
+    monkeypatch.setattr(core_compile, "compute_capability", lambda: (8, 9))
+    ph.ResidualGate(H, D).forward(*resgate_inputs(3))
+    assert not fake_pdl.launches  # the plain launch: the kernels wait on nothing there
+
+    def missing():
+        raise device.GpuUnavailableError("no cuda-bindings")
+    monkeypatch.setattr(core_compile, "_PDL", [])
+    monkeypatch.setattr(core_compile, "bindings", missing)
+    ph.ResidualGate(H, D).forward(*resgate_inputs(3))
+    assert not fake_pdl.launches
+    assert not ph.PerHorizonAttentionPool.PDL  # families opt in
+
+
+def test_every_entry_of_a_pdl_family_enters_through_pdl_enter():
+    """Before any memory access: a PDL launch may start while the previous kernel still
+    writes."""
+    import re
+    from pycuda_heads.core.op import Op
+    from pycuda_heads.core.source import family_source
+    families = {op.FAMILY for op in _subclasses(Op) if getattr(op, "PDL", False)}
+    assert "resgate" in families
+    for family in families:
+        source = family_source(family)
+        entries = re.findall(r'extern "C" __global__[^{]*?(\w+)\s*\([^)]*\)\s*\{\s*([^;]*;)',
+                             source)
+        assert entries, family
+        for entry, first in entries:
+            assert first == "pdl_enter();", f"{family}: {entry} starts with {first!r}"
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)

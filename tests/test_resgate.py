@@ -172,3 +172,30 @@ def test_bad_inputs_raise():
         rg.backward(x["ctx"], x["w_res"], x["alpha"], residual, x["grad_out"][:2])
     with pytest.raises(ValueError, match="breaks the restriction 'UNROLL <= ROWS'"):
         ph.ResidualGate(H, D, launch={"backward": {"ROWS": 1, "UNROLL": 4}})
+
+
+@pytest.mark.parametrize("b", [3, 1000])
+def test_programmatic_dependent_launches_give_the_bits_of_plain_launches(monkeypatch, b):
+    """A chain where every launch reads what the one before it wrote (each forward's head is
+    the last out; each backward reads that forward's residual and out) gives, launched with
+    programmatic dependent launch, the bits of the same chain launched plainly."""
+    import pycuda.gpuarray as gpuarray
+    from pycuda_heads.core import compile as core_compile
+    if not core_compile._pdl_supported():
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 and cuda-bindings")
+    x = {k: gpuarray.to_gpu(v) for k, v in _inputs(b).items()}
+
+    def chain():
+        rg, out, grads = ph.ResidualGate(H, D), x["head"], []
+        for _ in range(20):
+            out, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], out, x["alpha"])
+            grads.append(rg.backward(x["ctx"], x["w_res"], x["alpha"], residual, out))
+        kernels = {type(k) for k in rg._kernels.values()}
+        return kernels, [out.get().tobytes()] + [g.get().tobytes() for gs in grads for g in gs]
+
+    kernels, pdl = chain()
+    assert kernels == {core_compile.PdlKernel}
+    monkeypatch.setattr(core_compile, "_PDL", [False])
+    kernels, plain = chain()
+    assert kernels == {core_compile.Kernel}
+    assert pdl == plain

@@ -5,13 +5,14 @@ recompiling; the in-process cache here keeps one loaded module per variant.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .device import cuda
+from .device import GpuUnavailableError, bindings, checked, compute_capability, cuda
 from .source import arg_types, render, variant_hash
 
 log = logging.getLogger("pycuda_heads")
@@ -46,13 +47,30 @@ _KERNELS: dict[tuple, "Kernel"] = {}
 
 
 def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
-               source_dir: Path | None = None) -> "Kernel":
-    """The prepared kernel of one variant, shared by every op object that launches it."""
-    key = (family, str(source_dir), entry, tuple(sorted(constants.items())))
+               source_dir: Path | None = None, pdl: bool = False) -> "Kernel":
+    """The prepared kernel of one variant, shared by every op object that launches it; with
+    ``pdl`` (the entry waits for the stream's previous kernel before it touches memory) a
+    ``PdlKernel`` where the device and cuda-bindings allow it."""
+    pdl = pdl and _pdl_supported()
+    key = (family, str(source_dir), entry, tuple(sorted(constants.items())), pdl)
     k = _KERNELS.get(key)
     if k is None:
-        k = _KERNELS[key] = Kernel(family, entry, constants, source_dir)
+        k = _KERNELS[key] = (PdlKernel if pdl else Kernel)(family, entry, constants, source_dir)
     return k
+
+
+def _pdl_supported() -> bool:
+    """Programmatic dependent launch: compute capability 9.0 or newer and cuda-bindings."""
+    if not _PDL:
+        try:
+            bindings()
+            _PDL.append(compute_capability() >= (9, 0))
+        except GpuUnavailableError:
+            _PDL.append(False)
+    return _PDL[0]
+
+
+_PDL: list[bool] = []
 
 
 class Kernel:
@@ -61,16 +79,24 @@ class Kernel:
 
     def __init__(self, family: str, entry: str, constants: Mapping[str, Any],
                  source_dir: Path | None = None):
-        from pycuda._pvt_struct import pack
         self.name = entry
         self.constants = dict(constants)
         source = render(family, constants, source_dir)
-        self.function = _module(source).get_function(entry)
-        self.function.prepare(arg_types(source, entry))
-        self._pack, self._format = pack, self.function.arg_format
-        self._launch = self.function._launch_kernel
+        self._bind(source, arg_types(source, entry))
         self._shared_optin = STATIC_SHARED_LIMIT
         self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
+
+    def _bind(self, source: str, types: str) -> None:
+        """``_launch(grid, block, _pack(_format, *args), shared, stream)`` enqueues a launch."""
+        from pycuda._pvt_struct import pack
+        self.function = _module(source).get_function(self.name)
+        self.function.prepare(types)
+        self._pack, self._format = pack, self.function.arg_format
+        self._launch = self.function._launch_kernel
+
+    def _opt_in(self, shared: int) -> None:
+        self.function.set_attribute(cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    int(shared))
 
     def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], *args: Any,
                  shared: int = 0, stream: Any = None) -> None:
@@ -79,14 +105,15 @@ class Kernel:
         is the whole host cost of a launch beyond the driver's own."""
         try:
             if shared > self._shared_optin:
-                self.function.set_attribute(
-                    cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared))
+                self._opt_in(shared)
                 self._shared_optin = shared
             self._launch(grid, block, self._pack(self._format, *args), shared, stream)
             if _RECORDING:
                 _RECORDING[-1].append((self, grid, block, args, shared, stream))
             if self._sync and not _CAPTURING:
                 cuda().Context.synchronize()
+        except LaunchError:
+            raise
         except cuda().Error as exc:
             raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
                               f"shared={shared} B constants={self.constants}: {exc}") from exc
@@ -101,6 +128,75 @@ class Kernel:
             self.function.prepared_call(grid, block, *args, shared_size=shared)
         else:
             self.function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
+
+
+# ctypes of the prepared-call type letters, as cuLaunchKernelEx takes kernel arguments
+_CTYPES = {"P": ctypes.c_void_p, "i": ctypes.c_int, "f": ctypes.c_float,
+           "q": ctypes.c_longlong, "I": ctypes.c_uint}
+
+
+def _values(fmt: tuple[tuple, tuple], *args: Any) -> tuple[tuple, tuple]:
+    """cuLaunchKernelEx's (values, ctypes) of ``args``: device pointers as ints."""
+    pointers, types = fmt
+    return tuple(int(a) if p else a for p, a in zip(pointers, args)), types
+
+
+class PdlKernel(Kernel):
+    """A kernel entry that lets the stream's next kernel launch early and waits for its previous
+    one before it touches memory (``griddepcontrol``), launched by ``cuLaunchKernelEx`` with
+    programmatic stream serialization: consecutive launches overlap their launch latency, while
+    every kernel still sees all of its predecessor's writes. PyCUDA launches cannot carry that
+    attribute, so the module is loaded a second time, through cuda-bindings."""
+
+    def _bind(self, source: str, types: str) -> None:
+        from pycuda.compiler import compile as nvcc_compile
+        cu = self._cu = bindings()
+        image = nvcc_compile(source, no_extern_c=True, options=list(NVCC_OPTIONS))
+        self._module = checked(cu.cuModuleLoadData(image), "cuModuleLoadData")
+        self._function = checked(cu.cuModuleGetFunction(self._module, self.name.encode()),
+                                 f"cuModuleGetFunction({self.name})")
+        self._pack, self._launch = _values, self._launch_ex
+        self._format = (tuple(t == "P" for t in types), tuple(_CTYPES[t] for t in types))
+        self._configs: dict[tuple, Any] = {}
+
+    def _opt_in(self, shared: int) -> None:
+        cu = self._cu
+        checked(cu.cuFuncSetAttribute(
+            self._function,
+            cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared)),
+            f"cuFuncSetAttribute({self.name})")
+
+    def _config(self, key: tuple) -> Any:
+        """The launch configuration of (grid, block, shared, stream handle), built once."""
+        grid, block, shared, stream = key
+        cu = self._cu
+        config = cu.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = shared
+        config.hStream = cu.CUstream(stream)
+        attribute = cu.CUlaunchAttribute()
+        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        config.attrs, config.numAttrs = [attribute], 1
+        if len(self._configs) >= 256:  # many streams or shapes: start afresh
+            self._configs.clear()
+        self._configs[key] = config
+        return config
+
+    def _launch_ex(self, grid: tuple, block: tuple, values: tuple, shared: int,
+                   stream: Any) -> None:
+        key = (grid, block, shared, 0 if stream is None else stream.handle)
+        config = self._configs.get(key) or self._config(key)
+        err, = self._cu.cuLaunchKernelEx(config, self._function, values, 0)
+        if err:
+            raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
+                              f"shared={shared} B constants={self.constants}: {err!r}")
+
+    def bare(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
+             shared: int, stream: Any) -> None:
+        """The same launch with nothing around it: configuration built, arguments converted."""
+        self._launch_ex(grid, block, _values(self._format, *args), shared, stream)
 
 
 _RECORDING: list[list[tuple]] = []

@@ -50,6 +50,26 @@ def thread_context() -> Iterator[None]:
         drv.Context.pop()
 
 
+@lru_cache(maxsize=None)
+def bindings() -> Any:
+    """NVIDIA's driver bindings (``cuda.bindings.driver``, the ``cuda-bindings`` package): the
+    driver calls PyCUDA does not wrap (CUDA graphs, launches with attributes)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise GpuUnavailableError(
+            "this needs NVIDIA's cuda-bindings: pip install cuda-bindings") from exc
+    return driver
+
+
+def checked(result: Any, what: str) -> Any:
+    """The value of a cuda-bindings call, or RuntimeError naming the call and the error."""
+    err, *value = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err!r}")
+    return value[0] if len(value) == 1 else value
+
+
 def gpu_available() -> bool:
     try:
         cuda()

@@ -6,24 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .compile import capturing
-from .device import GpuUnavailableError
-
-
-def _driver() -> Any:
-    try:
-        from cuda.bindings import driver
-    except ImportError as exc:
-        raise GpuUnavailableError(
-            "CUDA graphs need NVIDIA's cuda-bindings: pip install cuda-bindings") from exc
-    return driver
-
-
-def _ok(result: Any, what: str) -> Any:
-    """The value of a cuda-bindings call, or RuntimeError naming the call and the error."""
-    err, *value = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        raise RuntimeError(f"{what} failed: {err!r}")
-    return value[0] if len(value) == 1 else value
+from .device import bindings, checked
 
 
 class Graph:
@@ -31,22 +14,22 @@ class Graph:
     them all with one call. Buffers they touch must stay where they were at capture."""
 
     def __init__(self, record: Callable[[Any], Any], stream: Any) -> None:
-        cu = _driver()
+        cu = bindings()
         self._cu = cu
         handle = cu.CUstream(stream.handle)
-        _ok(cu.cuStreamBeginCapture(
+        checked(cu.cuStreamBeginCapture(
             handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
             "cuStreamBeginCapture")
         try:
             with capturing():
                 record(stream)
         finally:  # end the capture even when recording failed, or the stream stays unusable
-            graph = _ok(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
+            graph = checked(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
         self._graph = graph
-        self._exec = _ok(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        self._exec = checked(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
 
     def launch(self, stream: Any) -> None:
-        _ok(self._cu.cuGraphLaunch(self._exec, self._cu.CUstream(stream.handle)),
+        checked(self._cu.cuGraphLaunch(self._exec, self._cu.CUstream(stream.handle)),
             "cuGraphLaunch")
 
     def __del__(self) -> None:

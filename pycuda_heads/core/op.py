@@ -37,6 +37,10 @@ class Op:
     SPACES: ClassVar[dict[str, KernelSpace]]
     #: folder of ``<FAMILY>.cu``; None for the package's own sources
     SOURCE_DIR: ClassVar[Path | None] = None
+    #: every entry of ``<FAMILY>.cu`` starts with ``pdl_enter()`` (it lets the stream's next
+    #: kernel launch early and waits for the previous one before touching memory), so its
+    #: launches may use programmatic dependent launch
+    PDL: ClassVar[bool] = False
 
     @classmethod
     def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
@@ -141,7 +145,8 @@ class Op:
         k = self._kernels.get(key)
         if k is None:
             k = self._kernels[key] = get_kernel(self.FAMILY, f"{self.FAMILY}_{role}",
-                                                {**self.template, **params}, self.SOURCE_DIR)
+                                                {**self.template, **params}, self.SOURCE_DIR,
+                                                self.PDL)
         return k
 
 

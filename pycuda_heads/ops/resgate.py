@@ -43,6 +43,7 @@ class ResidualGate(HorizonOp):
     """
 
     FAMILY = "resgate"
+    PDL = True
     SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, head: Any, alpha: Any, *,
