@@ -143,11 +143,12 @@ def test_chained_backward_accumulates_into_grad_ctx_without_a_new_buffer(monkeyp
     _, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], x["head"], x["alpha"])
     grad_ctx = gpuarray.to_gpu(g_ctx_loss)
 
+    xd = {k: gpuarray.to_gpu(v) for k, v in x.items()}  # no uploads inside the call
     sizes = []  # bytes of every allocation the backward makes
     pool = arrays.allocator()
     monkeypatch.setattr(arrays, "allocator", lambda: lambda n: sizes.append(n) or pool(n))
-    _, _, returned, _, _ = rg.backward(x["ctx"], x["w_res"], x["alpha"], residual,
-                                       x["grad_out"], out=grad_ctx, accumulate=True)
+    _, _, returned, _, _ = rg.backward(xd["ctx"], xd["w_res"], xd["alpha"], residual,
+                                       xd["grad_out"], out=grad_ctx, accumulate=True)
     assert int(returned.gpudata) == int(grad_ctx.gpudata)
     assert sizes and max(sizes) < 4 * b * H * D, sizes  # scratch rows only, no grad_ctx
     want = ref.resgate_backward(x["ctx"], x["w_res"], x["alpha"], residual.get(),

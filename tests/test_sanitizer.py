@@ -84,6 +84,7 @@ def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, fake_g
     assert variant["sanitizer"]["racecheck"]["errors"] == 2 and not variant["passed"]
     assert record["summary"]["sanitizer_findings"] == 3
     assert record["summary"]["sanitizer_tools"] == list(validation.SANITIZER_TOOLS)
+    assert record["summary"]["sanitizer_options"] == ["--report-api-errors", "no"]
     stored = json.loads((tmp_path / "fake-gpu" / "validation.json").read_text())
     assert stored["variants"][0]["sanitizer"]["memcheck"]["errors"] == 0
 
