@@ -94,8 +94,27 @@ def test_a_tuned_entry_that_cannot_run_the_shape_gives_way_to_the_default(monkey
     monkeypatch.setattr(op_module, "lookup", lambda *a: ({"BLOCK": 128}, "tuned g toy.k at N=4096"))
     inst = object.__new__(Toy)
     inst.template, inst._user, inst._resolved, inst.chosen = {}, {}, {}, {}
-    inst._slug, inst._max_shared = "g", 48 * 1024
+    inst._slug, inst._max_shared, inst.use_table = "g", 48 * 1024, True
     assert inst.launch_params("k", {"N": 4096}) == {"BLOCK": 128}
     # the tuned 128 and the default 256 both break BLOCK <= N: the default's nearest valid point
     assert inst.launch_params("k", {"N": 100}) == {"BLOCK": 64}
     assert inst.chosen["k"]["source"] == "default (tuned entry cannot run {'N': 100})"
+
+
+def test_without_the_table_each_shape_gets_the_default_or_its_nearest_valid_point(monkeypatch):
+    """What the bench's default column measures: the op with its table switched off."""
+    from pycuda_heads.core import op as op_module
+    from pycuda_heads.core.space import KernelSpace
+
+    class Toy(op_module.Op):
+        FAMILY = "toy"
+        SPACES = {"k": KernelSpace(kernel="toy.k", params={"BLOCK": (64, 128, 256)},
+                                   default={"BLOCK": 256}, launch_restrictions=("BLOCK <= N",))}
+
+    monkeypatch.setattr(op_module, "lookup", lambda *a: pytest.fail("the table was consulted"))
+    inst = object.__new__(Toy)
+    inst.template, inst._user, inst._resolved, inst.chosen = {}, {}, {}, {}
+    inst._slug, inst._max_shared, inst.use_table = "g", 48 * 1024, False
+    assert inst.launch_params("k", {"N": 4096}) == {"BLOCK": 256}
+    assert inst.launch_params("k", {"N": 100}) == {"BLOCK": 64}
+    assert inst.chosen["k"]["source"] == "default (tuned table not used)"

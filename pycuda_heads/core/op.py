@@ -85,6 +85,8 @@ class Op:
         self._checked: dict[tuple, dict[str, int]] = {}
         #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
         self.chosen: dict[str, dict[str, Any]] = {}
+        #: False: ignore the shipped tuned table (what the op does on a GPU with none)
+        self.use_table = True
 
     def launch_params(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
         """Launch parameters for ``role`` at ``shape``; raises ValueError when no valid choice
@@ -115,6 +117,10 @@ class Op:
         space = self.SPACES[role]
         if role in self._user:
             params, source = self._user[role], "user"
+        elif not self.use_table:
+            params = space.nearest(space.default, self.template,
+                                   {**shape, "MAX_SHARED_BYTES": self._max_shared})
+            source = "default (tuned table not used)"
         else:
             tuned, source = lookup(space.kernel, self.template, shape, self._slug,
                                    op_source_hash(type(self)))

@@ -2,7 +2,8 @@
 
 Providers, measured side by side in one process on one GPU:
   tuned          the library with ``launch=None`` (the tuned table, else the default)
-  default        the library with every kernel's default launch parameters
+  default        the library without its tuned table: every kernel's default launch parameters
+                 (the nearest valid point where a shape needs another)
   torch_eager    the same math in PyTorch ops (each kernel's declared peer), when torch is
                  importable; without torch no peer rows are written and the report says so
   torch_compile  the same functions through ``torch.compile(dynamic=False)``, compiled per shape
@@ -51,13 +52,13 @@ COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_v
 
 def library_op(specs: Sequence[KernelSpec], provider: str,
                template: Mapping[str, int] = SUITE_TEMPLATE) -> Any:
-    """The library op object of a family: tuned table (launch=None) or every default (the
-    nearest valid point where the default cannot serve the template, as the op itself does)."""
+    """The library op object of a family: with the tuned table, or without it (every kernel
+    at its default, or the nearest valid point where the default cannot run a shape, chosen
+    per shape as the op does on a GPU with no table)."""
     cls = specs[0].op
-    constants = specs[0].template(template)
-    launch = None if provider == "tuned" else {
-        role: space.nearest(space.default, constants) for role, space in cls.SPACES.items()}
-    return cls(**cls.constructor_kwargs(constants), launch=launch)
+    op = cls(**cls.constructor_kwargs(specs[0].template(template)))
+    op.use_table = provider == "tuned"
+    return op
 
 
 class CudaHarness:
