@@ -94,7 +94,7 @@ def test_a_tuned_entry_that_cannot_run_the_shape_gives_way_to_the_default(monkey
     monkeypatch.setattr(op_module, "lookup", lambda *a: ({"BLOCK": 128}, "tuned g toy.k at N=4096"))
     inst = object.__new__(Toy)
     inst.template, inst._user, inst._resolved, inst.chosen = {}, {}, {}, {}
-    inst._slug, inst._max_shared, inst.use_table = "g", 48 * 1024, True
+    inst._slug, inst._max_shared = "g", 48 * 1024
     assert inst.launch_params("k", {"N": 4096}) == {"BLOCK": 128}
     # the tuned 128 and the default 256 both break BLOCK <= N: the default's nearest valid point
     assert inst.launch_params("k", {"N": 100}) == {"BLOCK": 64}

@@ -41,6 +41,9 @@ class Op:
     #: kernel launch early and waits for the previous one before touching memory), so its
     #: launches may use programmatic dependent launch
     PDL: ClassVar[bool] = False
+    #: set False on an instance to ignore the shipped tuned table (what the op does on a GPU
+    #: with none: the bench's default column)
+    use_table: bool = True
 
     @classmethod
     def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
@@ -85,8 +88,6 @@ class Op:
         self._checked: dict[tuple, dict[str, int]] = {}
         #: role -> {"params": ..., "source": "user" | "tuned ..." | "default ..."} of the last call
         self.chosen: dict[str, dict[str, Any]] = {}
-        #: False: ignore the shipped tuned table (what the op does on a GPU with none)
-        self.use_table = True
 
     def launch_params(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
         """Launch parameters for ``role`` at ``shape``; raises ValueError when no valid choice
