@@ -118,16 +118,15 @@ class Op:
         space = self.SPACES[role]
         if role in self._user:
             params, source = self._user[role], "user"
-        elif not self.use_table:
-            params = space.nearest(space.default, self.template,
-                                   {**shape, "MAX_SHARED_BYTES": self._max_shared})
-            source = "default (tuned table not used)"
         else:
-            tuned, source = lookup(space.kernel, self.template, shape, self._slug,
-                                   op_source_hash(type(self)))
-            params = space.complete(tuned, self.template) if tuned else None
-            if params is not None and self._violated(space, params, shape):
-                params, source = None, f"default (tuned entry cannot run {dict(shape)})"
+            if self.use_table:
+                tuned, source = lookup(space.kernel, self.template, shape, self._slug,
+                                       op_source_hash(type(self)))
+                params = space.complete(tuned, self.template) if tuned else None
+                if params is not None and self._violated(space, params, shape):
+                    params, source = None, f"default (tuned entry cannot run {dict(shape)})"
+            else:
+                params, source = None, "default (tuned table not used)"
             if params is None:
                 # a default written for D % 4 == 0 must still serve D = 30
                 params = space.nearest(space.default, self.template,
