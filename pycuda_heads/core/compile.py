@@ -146,7 +146,7 @@ class PdlKernel(Kernel):
     one before it touches memory (``griddepcontrol``), launched by ``cuLaunchKernelEx`` with
     programmatic stream serialization: consecutive launches overlap their launch latency, while
     every kernel still sees all of its predecessor's writes. PyCUDA launches cannot carry that
-    attribute, so the module is loaded a second time, through cuda-bindings."""
+    attribute, so the compiled module (PyCUDA's cached cubin) is loaded through cuda-bindings."""
 
     def _bind(self, source: str, types: str) -> None:
         from pycuda.compiler import compile as nvcc_compile
