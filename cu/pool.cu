@@ -527,14 +527,18 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // LAYOUT 2: lane groups over keys, a cp.async ring per warp, teams of warps per batch row.
 //   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x + i*gridDim.x)*TEAMS
 //   + team, i = 0, 1, ... (the host sizes the grid: a row per team, or GRID blocks per SM).
-//   In a row, warp wt of the team takes steps wt, wt+TW, ... of KPW = 32/GROUP consecutive
-//   keys; lane group g (GROUP lanes) owns key g of the step and lane gl of the group holds
-//   columns (c*GROUP + gl)*VEC + v, so a per-key dot product is a GROUP-lane butterfly.
+//   In a row, warp wt of the team takes steps wt, wt+TW, ... of SKEYS = KPW*GROUP_KEYS
+//   consecutive keys (KPW = 32/GROUP lane groups, GROUP_KEYS keys each; the backward's steps
+//   hold a key per group); lane group g (GROUP lanes) owns keys u*KPW + g of the step and lane
+//   gl of the group holds columns (c*GROUP + gl)*VEC + v, so a per-key dot product is a
+//   GROUP-lane butterfly.
 //   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots,
 //   filled by cp.async STAGES-1 steps ahead, across row ends. MIN_BLOCKS > 0 caps the
 //   registers so that many blocks fit on an SM. Every sum runs in a fixed order: no atomics, bitwise
 //   reproducible for a given grid.
-#define STAGES 4
+#ifndef GROUP_KEYS
+#define GROUP_KEYS 1
+#endif
 // MIN_BLOCKS 0 leaves registers to ptxas; an explicit minimum of 1 would let it take 255.
 #if MIN_BLOCKS > 0
 #define LAYOUT2_BOUNDS __launch_bounds__(BLOCK, MIN_BLOCKS)
@@ -542,6 +546,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #define LAYOUT2_BOUNDS __launch_bounds__(BLOCK)
 #endif
 #define KPW (32 / GROUP)
+#define SKEYS (KPW * GROUP_KEYS)
 #define GCHUNKS ((HIDDEN_DIM + GROUP * VEC - 1) / (GROUP * VEC))
 #define GCOLS (GCHUNKS * VEC)
 #define TW (NWARPS / TEAMS)
@@ -553,9 +558,9 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #error "SMEM_SCORES needs one-warp teams"
 #endif
 #define LOG2E 1.4426950408889634f
-// Ring slot (floats): the step's KPW ln rows; the backward's also holds attn and grad_attn
+// Ring slot (floats): the step's SKEYS ln rows; the backward's also holds attn and grad_attn
 // at those keys ([2][N_HORIZONS][KPW], rounded up to keep slots 16-byte aligned).
-#define FSLOT (KPW * HIDDEN_DIM)
+#define FSLOT (SKEYS * HIDDEN_DIM)
 #define BEXTRA ((2 * N_HORIZONS * KPW + 3) / 4 * 4)
 #define BSLOT (FSLOT + BEXTRA)
 
@@ -565,12 +570,14 @@ __device__ __forceinline__ void copy_wait()
     asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 1) : "memory");
 }
 
-// A row's columns held by lane gl of a lane group (0 past HIDDEN_DIM).
+// A row's columns held by lane gl of a lane group of G lanes (0 past HIDDEN_DIM). Plain loads,
+// so row may be in shared memory; G = 32 is load_row's layout.
+template <int G = GROUP>
 __device__ __forceinline__ void group_cols(const float* row, const int gl, float* out)
 {
 #pragma unroll
-    for (int c = 0; c < GCHUNKS; ++c) {
-        const int d = (c * GROUP + gl) * VEC;
+    for (int c = 0; c < (HIDDEN_DIM + G * VEC - 1) / (G * VEC); ++c) {
+        const int d = (c * G + gl) * VEC;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) out[c * VEC + v] = 0.f;
         if (d < HIDDEN_DIM) {
@@ -641,15 +648,15 @@ struct Walk {
         stride = gridDim.x * TEAMS;
         first_row = blockIdx.x * TEAMS + team;
         rows = first_row < B ? (B - first_row + stride - 1) / stride : 0;
-        const int nsteps = (K + KPW - 1) / KPW;
+        const int nsteps = (K + SKEYS - 1) / SKEYS;
         per_row = nsteps > wt ? (nsteps - wt + TW - 1) / TW : 0;
     }
     __device__ int row(const int r) const { return first_row + r * stride; }
-    __device__ int key0(const int j) const { return (wt + j * TW) * KPW; }
+    __device__ int key0(const int j) const { return (wt + j * TW) * SKEYS; }
 };
 
 // The producer side of a warp's ring: the (row, step) it copies next and the slot it goes to.
-// A slot gets ln rows key0 .. key0+KPW-1 (zeros past K) and, when `extra`, attn and grad_attn
+// A slot gets ln rows key0 .. key0+SKEYS-1 (zeros past K) and, when `extra`, attn and grad_attn
 // at those keys (zeros where grad_attn is absent).
 template <int SLOT>
 struct Ring {
@@ -685,6 +692,165 @@ struct Ring {
     }
 };
 
+#if LANE_ACC
+#if TW != 1 || SKEYS % 4
+#error "LANE_ACC needs one-warp teams and steps of a multiple of 4 keys"
+#endif
+// Forward with lane-owned accumulators (one-warp teams). Scores as below (a lane group per
+// key, q read once for the group's GROUP_KEYS keys), then each group's softmax weights go
+// through the warp's buffer pw and every lane accumulates its own columns (group_cols<32>) of
+// the step's SKEYS rows: N_HORIZONS*ROW_PER_LANE accumulators a lane instead of
+// N_HORIZONS*GCOLS repeated in every group, and no merge of the groups at the row's end. The
+// running max is the warp's (one vote a step for all horizons); the sums are per lane group.
+// Dynamic shared memory (floats): ring [NWARPS][STAGES][FSLOT]; the scaled queries
+// [N_HORIZONS*HIDDEN_DIM] rounded up to 4 (QREG == 1 copies them into registers); the weights
+// [NWARPS][N_HORIZONS][SKEYS]; with SMEM_SCORES the raw scores [NWARPS][N_HORIZONS*K].
+extern "C" __global__ void LAYOUT2_BOUNDS
+pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
+             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
+             const int B)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* ring = smem;
+    float* qs = ring + NWARPS * STAGES * FSLOT;
+    float* pw = qs + (N_HORIZONS * HIDDEN_DIM + 3) / 4 * 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane / GROUP, gl = lane % GROUP;
+    const float qscale = scale * LOG2E;
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * qscale;
+#if SMEM_SCORES
+    float* wsc = pw + NWARPS * N_HORIZONS * SKEYS + warp * N_HORIZONS * K;
+#endif
+    pw += warp * N_HORIZONS * SKEYS;
+    __syncthreads();
+#if QREG
+    float qr[N_HORIZONS][GCOLS];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) group_cols(qs + h * HIDDEN_DIM, gl, qr[h]);
+#endif
+
+    const Walk w(B, K, warp, 0);
+    Ring<FSLOT> ring_in(ring + warp * STAGES * FSLOT, w);
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; ++i) ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
+
+    int cslot = 0;
+    for (int r = 0; r < w.rows; ++r) {
+        const int b = w.row(r);
+        float* attnb = attn + (size_t)b * N_HORIZONS * K;
+        float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][ROW_PER_LANE];
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            m[h] = -INFINITY;
+            l[h] = 0.f;
+#pragma unroll
+            for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = 0.f;
+        }
+        for (int j = 0; j < w.per_row; ++j) {
+            ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
+            copy_wait();
+            __syncwarp();
+            const float* slot = ring_in.slots + cslot * FSLOT;
+            const int k0 = w.key0(j);
+            float x[GROUP_KEYS][GCOLS];
+#pragma unroll
+            for (int u = 0; u < GROUP_KEYS; ++u)
+                group_cols(slot + (u * KPW + g) * HIDDEN_DIM, gl, x[u]);
+            float sc[GROUP_KEYS][N_HORIZONS];  // -inf past K
+            bool up = false;
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) {
+#if QREG
+                const float* qh = qr[h];
+#else
+                float qh[GCOLS];
+                group_cols(qs + h * HIDDEN_DIM, gl, qh);
+#endif
+#pragma unroll
+                for (int u = 0; u < GROUP_KEYS; ++u) {
+                    const int k = k0 + u * KPW + g;
+                    const float v = group_sum<GROUP>(lane_dot(qh, x[u]));
+                    sc[u][h] = k < K ? v : -INFINITY;
+#if SMEM_SCORES
+                    if (gl == 0 && k < K) wsc[h * K + k] = v;
+#else
+                    if (gl == 0 && k < K) attnb[(size_t)h * K + k] = v;
+#endif
+                    up |= sc[u][h] > m[h] + MARGIN;
+                }
+            }
+            if (__any_sync(FULL_MASK, up)) {  // rare: the warp's max moves for some horizon
+#pragma unroll
+                for (int h = 0; h < N_HORIZONS; ++h) {
+                    float c = sc[0][h];
+#pragma unroll
+                    for (int u = 1; u < GROUP_KEYS; ++u) c = fmaxf(c, sc[u][h]);
+#pragma unroll
+                    for (int o = GROUP; o < 32; o <<= 1)
+                        c = fmaxf(c, __shfl_xor_sync(FULL_MASK, c, o));
+                    if (c > m[h] + MARGIN) {
+                        const float corr = m[h] == -INFINITY ? 0.f : exp2f(m[h] - c);
+                        l[h] *= corr;
+#pragma unroll
+                        for (int i = 0; i < ROW_PER_LANE; ++i) acc[h][i] *= corr;
+                        m[h] = c;
+                    }
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h)
+#pragma unroll
+                for (int u = 0; u < GROUP_KEYS; ++u) {
+                    const float p = exp2f(sc[u][h] - m[h]);
+                    l[h] += p;
+                    if (gl == 0) pw[h * SKEYS + u * KPW + g] = p;
+                }
+            __syncwarp();
+#pragma unroll
+            for (int s = 0; s < SKEYS; s += 4) {
+                float4 p4[N_HORIZONS];  // weights of keys s .. s+3, one broadcast load a horizon
+#pragma unroll
+                for (int h = 0; h < N_HORIZONS; ++h)
+                    p4[h] = *reinterpret_cast<const float4*>(pw + h * SKEYS + s);
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    float xr[ROW_PER_LANE];
+                    group_cols<32>(slot + (s + t) * HIDDEN_DIM, lane, xr);
+#pragma unroll
+                    for (int h = 0; h < N_HORIZONS; ++h) {
+                        const float p = t == 0 ? p4[h].x : t == 1 ? p4[h].y : t == 2 ? p4[h].z : p4[h].w;
+#pragma unroll
+                        for (int i = 0; i < ROW_PER_LANE; ++i) acc[h][i] = fmaf(p, xr[i], acc[h][i]);
+                    }
+                }
+            }
+            __syncwarp();  // the slot and pw are read before they are written again
+            cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
+        }
+        float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            l[h] = 1.f / across_groups(l[h]);
+            float o[ROW_PER_LANE];
+#pragma unroll
+            for (int i = 0; i < ROW_PER_LANE; ++i) o[i] = acc[h][i] * l[h];
+            store_row(ctxb + h * HIDDEN_DIM, lane, o);
+        }
+        __syncwarp();  // the raw scores this warp's lanes wrote are complete
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float* ah = attnb + (size_t)h * K;
+#if SMEM_SCORES
+            const float* sh = wsc + h * K;
+#else
+            const float* sh = ah;
+#endif
+            for (int k = lane; k < K; k += 32) ah[k] = exp2f(sh[k] - m[h]) * l[h];
+        }
+        __syncwarp();  // this row's scores are read before the next row's are written
+    }
+}
+#else
 // Forward. Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)), per lane group;
 // the running max moves only when a score passes it by MARGIN (a warp vote), so most keys skip
 // the rescale. Raw scores go to attn (with SMEM_SCORES, a one-warp team keeps them in shared
@@ -870,6 +1036,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
     }
 }
+#endif  // LANE_ACC
 
 // Backward in one pass over ln. Per row, every warp of the team forms c[h] itself:
 // grad_ctx[b,h,:] . ctx[b,h,:] given the forward's ctx (else sum_k attn*dw over the whole row,

@@ -56,13 +56,6 @@ def test_points_prune_early_and_agree_with_checking_every_combination():
         assert space.points({"N": n}) == [p for p in every if space.violated(p, {"N": n}) is None]
 
 
-def test_source_define_reads_the_kernel_source():
-    from pycuda_heads.core.source import source_define
-    assert source_define("pool", "STAGES") >= 2
-    with pytest.raises(ValueError, match="defines no integer"):
-        source_define("pool", "NO_SUCH_NAME")
-
-
 @pytest.mark.parametrize("kernel", sorted(catalog().specs))
 def test_every_default_is_a_valid_point_of_its_space(kernel):
     spec = catalog()[kernel]

@@ -163,7 +163,9 @@ _L2 = {"LAYOUT": 2}
     ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, {"B": 2, "K": 9}),
     ({"N_HORIZONS": 1, "HIDDEN_DIM": 30}, {"B": 1, "K": 65536})])
 @pytest.mark.parametrize("params", [
-    {}, {"QREG": 1}, {"SMEM_SCORES": 0}, {"GROUP": 16, "TEAMS": 2},
+    {}, {"LANE_ACC": 0}, {"LANE_ACC": 0, "QREG": 1}, {"SMEM_SCORES": 1},
+    {"GROUP_KEYS": 2, "STAGES": 3}, {"GROUP_KEYS": 4, "STAGES": 2, "QREG": 0},
+    {"GROUP": 16, "GROUP_KEYS": 2, "TEAMS": 4}, {"GROUP": 16, "TEAMS": 2},
     {"GROUP": 32, "TEAMS": 1, "GRID": 1},
     {"BLOCK": 256, "TEAMS": 2, "GRID": 4}, {"BLOCK": 64, "TEAMS": 1, "VEC": 1, "GRID": 2}],
     ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")

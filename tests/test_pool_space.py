@@ -45,8 +45,9 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
 
 def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     """No two valid points of one layout differ only in a knob that layout ignores."""
-    layout2 = ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "MIN_BLOCKS")
-    for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES")), (BACKWARD_SPACE, ())):
+    layout2 = ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "MIN_BLOCKS", "STAGES")
+    for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES", "LANE_ACC", "GROUP_KEYS")),
+                         (BACKWARD_SPACE, ())):
         read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra,
                 3: ("BLOCK", "CHUNK")}
         for template, layouts in (({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {0, 1, 2}),

@@ -51,16 +51,6 @@ def render(family: str, constants: Mapping[str, Any], source_dir: Path | None = 
     return f"// pycuda-heads variant of {family}\n{prelude}{family_source(family, source_dir)}"
 
 
-def source_define(family: str, name: str, source_dir: Path | None = None) -> int:
-    """The integer a ``#define name value`` of ``<family>.cu`` sets (what host code that sizes
-    the kernel's memory reads instead of repeating the number)."""
-    m = re.search(rf"^#define\s+{re.escape(name)}\s+(\d+)\s*$",
-                  family_source(family, source_dir), re.MULTILINE)
-    if m is None:
-        raise ValueError(f"{family}.cu defines no integer {name}")
-    return int(m.group(1))
-
-
 def arg_types(source: str, entry: str) -> str:
     """PyCUDA prepared-call types of ``entry``, read from its ``extern "C"`` signature."""
     # launch bounds, written out or through an upper-case macro

@@ -11,7 +11,6 @@ from .. import reference as ref
 from ..core import device
 from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
-from ..core.source import source_define
 from ..core.space import KernelSpace
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
@@ -28,12 +27,12 @@ _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 
            "LAYOUT": (0, 1, 2, 3)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
-# wave), blocks per SM the registers must allow (0: ptxas decides), and (forward) queries in
-# registers and raw scores in shared memory. The other layouts read none of them and pin each
-# to one value.
+# wave), blocks per SM the registers must allow (0: ptxas decides), ring slots per warp, and
+# (forward) queries in registers, raw scores in shared memory, lane-owned accumulators and
+# keys per lane group a step. The other layouts read none of them and pin each to one value.
 _LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
-            "MIN_BLOCKS": (0, 2, 3, 4)}
-_PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS) == (32, 1, 0, 0)"
+            "MIN_BLOCKS": (0, 2, 3, 4), "STAGES": (2, 3, 4)}
+_PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS, STAGES) == (32, 1, 0, 0, 4)"
 # LAYOUT 3's knob: floats of ln per shared-memory chunk (CHUNK // HIDDEN_DIM keys); the other
 # layouts pin it. Its tiles: TK keys a thread, T1 threads a D slice, KSPLIT slices.
 _CHUNK = {"CHUNK": (2048, 4096, 8192)}
@@ -56,7 +55,6 @@ _LAYOUT2_LIMITS = (
     "LAYOUT != 2 or N_HORIZONS * HIDDEN_DIM <= 2048")
 # LAYOUT 2 per lane: GCOLS columns of each row it holds.
 _GCOLS = "((HIDDEN_DIM + GROUP * VEC - 1) // (GROUP * VEC) * VEC)"
-_STAGES = source_define("pool", "STAGES")  # ring slots per warp
 
 
 def _nwarps(p: Mapping[str, Any]) -> int:
@@ -83,10 +81,14 @@ def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
+    if p["LAYOUT"] == 2 and p["LANE_ACC"]:  # ring, queries, weights, scores in smem
+        keys = 32 // p["GROUP"] * p["GROUP_KEYS"]
+        return 4 * (w * p["STAGES"] * keys * d + -(-h * d // 4) * 4 + w * h * keys
+                    + p["SMEM_SCORES"] * w * h * k)
     if p["LAYOUT"] == 2:  # ring, queries unless in registers, merge buffers unless TW == 1,
         merge = 0 if p["TEAMS"] == w else 2 * w * h * d + 4 * w * h  # scores in smem
-        return 4 * (w * _STAGES * (32 // p["GROUP"]) * d + (0 if p["QREG"] else h * d) + merge
-                    + p["SMEM_SCORES"] * w * h * k)
+        return 4 * (w * p["STAGES"] * (32 // p["GROUP"]) * d + (0 if p["QREG"] else h * d)
+                    + merge + p["SMEM_SCORES"] * w * h * k)
     if p["LAYOUT"] == 3:  # queries, ln chunks, partial scores, max/sum/rescale
         rows, products = _chunk_floats(p, env)
         return 4 * (rows + products + 3 * h)
@@ -100,7 +102,7 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     if p["LAYOUT"] == 2:  # ring (ln rows, attn and grad_attn), reused for the warps' partials
         kpw = 32 // p["GROUP"]
         slot = kpw * d + -(-2 * h * kpw // 4) * 4
-        return 4 * (w * max(_STAGES * slot, h * d) + h * d)
+        return 4 * (w * max(p["STAGES"] * slot, h * d) + h * d)
     if p["LAYOUT"] == 3:  # queries, grad_ctx, ln chunks, partial products, attn chunk, c
         rows, products = _chunk_floats(p, env)
         return 4 * (rows + h * (d + 4) + products + h * (p["CHUNK"] // d) + h)
@@ -111,21 +113,29 @@ _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
     kernel="pool.forward",
-    params={**_COMMON, **_LAYOUT2, "QREG": (0, 1), "SMEM_SCORES": (0, 1), **_CHUNK},
+    params={**_COMMON, **_LAYOUT2, "QREG": (0, 1), "SMEM_SCORES": (0, 1), "LANE_ACC": (0, 1),
+            "GROUP_KEYS": (1, 2, 4), **_CHUNK},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0, "SMEM_SCORES": 0, "CHUNK": 4096},
+             "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "QREG": 1, "SMEM_SCORES": 0,
+             "LANE_ACC": 1, "GROUP_KEYS": 1, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
                   f"LAYOUT in (2, 3) or {_PINNED}",
-                  "LAYOUT == 2 or QREG == 0",
-                  # scores in shared memory: one-warp teams only (no merge buffers there)
+                  "LAYOUT == 2 or (QREG, LANE_ACC) == (0, 0)",
+                  # scores in shared memory and lane-owned accumulators: one-warp teams only
+                  # (no merge buffers there); the weights are read 4 keys at a time
                   "SMEM_SCORES == 0 or (LAYOUT == 2 and TEAMS == BLOCK // 32)",
+                  "LANE_ACC == 0 or (TEAMS == BLOCK // 32 and 32 // GROUP * GROUP_KEYS % 4 == 0)",
+                  "LANE_ACC == 1 or GROUP_KEYS == 1",
                   *_LAYOUT2_LIMITS, *_LAYOUT3,
                   # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling:
-                  # acc (and q with QREG) of every horizon and one ln step
-                  f"LAYOUT != 2 or ((1 + QREG) * N_HORIZONS + 1) * {_GCOLS} "
-                  "+ 2 * N_HORIZONS <= 200"),
+                  # acc (and q with QREG) of every horizon and one ln step; with LANE_ACC, acc
+                  # of a lane's own columns, GROUP_KEYS ln rows and their scores
+                  f"LAYOUT != 2 or LANE_ACC == 1 or ((1 + QREG) * N_HORIZONS + 1) * {_GCOLS} "
+                  "+ 2 * N_HORIZONS <= 200",
+                  f"LANE_ACC == 0 or N_HORIZONS * {_ROW} + (QREG * N_HORIZONS + GROUP_KEYS) "
+                  f"* {_GCOLS} + (GROUP_KEYS + 2) * N_HORIZONS <= 200"),
     # beyond 8 KB a warp the scores buffer costs blocks per SM
     launch_restrictions=(*_LAUNCH, "SMEM_SCORES == 0 or N_HORIZONS * K <= 2048"),
     shared_bytes=forward_shared_bytes)
@@ -133,7 +143,7 @@ FORWARD_SPACE = KernelSpace(
 BACKWARD_SPACE = KernelSpace(
     kernel="pool.backward", params={**_COMMON, **_LAYOUT2, **_CHUNK},
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 16, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 0, "CHUNK": 4096},
+             "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
