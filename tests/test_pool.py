@@ -47,11 +47,14 @@ def test_other_launch_parameters_agree(params):
 
 
 def test_launch_override_is_reported():
+    """BLOCK 256 beside the default's 4 teams: two-warp teams, so the accumulators are no longer
+    lane-owned (LANE_ACC needs one-warp teams); every other knob keeps the default's value."""
     pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOCK": 256}})
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
     assert pool.chosen["forward"] == {
         "params": {"BLOCK": 256, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-                   "GRID": 0, "MIN_BLOCKS": 0, "QREG": 0, "SMEM_SCORES": 0, "CHUNK": 4096},
+                   "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "QREG": 1, "SMEM_SCORES": 0,
+                   "LANE_ACC": 0, "GROUP_KEYS": 1, "CHUNK": 4096},
         "source": "user"}
 
 

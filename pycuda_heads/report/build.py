@@ -108,7 +108,8 @@ def build_index(root: Path) -> Path:
     for d in gpu_dirs(root):
         data = report_data.load(d)
         dates = sorted({r.get("date", "") for r in data.bench} - {""})
-        commits = {r.get("commit", "") for r in data.bench if r.get("date") == (dates or [""])[-1]}
+        commits = {report_tables.commit(r.get("commit")) for r in data.bench
+                   if r.get("date") == (dates or [""])[-1]}
         rows.append((data.gpu, dates[-1] if dates else "no benchmark", ", ".join(sorted(commits))
                      or "–", f"[{d.name}/README.md]({d.name}/README.md)"))
     lines = ["# Performance reports", "",

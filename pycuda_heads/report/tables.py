@@ -27,6 +27,11 @@ from .data import (
 )
 
 
+def commit(c: Any) -> str:
+    """A commit as the report prints it: abbreviated (records may hold the full hash)."""
+    return str(c)[:7] if c else "?"
+
+
 def us(v: float | None) -> str:
     if v is None:
         return "–"
@@ -86,7 +91,7 @@ def header(data: ReportData, empty_us: float | None) -> str:
              "with that command rather than editing it.", ""]
     if not data.bench:
         return "\n".join(lines)
-    runs = Counter((r.get("date", ""), r.get("commit", "")) for r in data.bench)
+    runs = Counter((r.get("date", ""), commit(r.get("commit"))) for r in data.bench)
     newest = data.bench[-1]
     bandwidths = [r["copy_bandwidth_GBps"] for r in data.bench if r.get("copy_bandwidth_GBps")]
     facts = [("benchmark run" + ("s" if len(runs) > 1 else ""),
@@ -277,7 +282,7 @@ def changes(found: Sequence[Change]) -> str:
         lines += [table(("op", "shape", "pass", "before us", "before at", "now us", "change",
                          "empty launch before / now us", "status"),
                         ((c.case.op, c.case.shape, c.case.pass_, us(c.before["median_us"]),
-                          c.before.get("commit") or "?", us(c.case.time("tuned")),
+                          commit(c.before.get("commit")), us(c.case.time("tuned")),
                           f"{c.ratio - 1:+.0%}", f"{us(c.empty_before)} / {us(c.empty_now)}",
                           "**regression**" if c.ratio > 1 + CHANGE_BAND else "faster")
                          for c in moved)), ""]
@@ -353,7 +358,7 @@ def step(results: dict[str, dict[str, dict[str, Any]]]) -> str:
                           ("met" if x >= goal else "**missed**") + f": {speedup_text(x)}")
                 goals.append((shape, f"graph vs {STEP_PROVIDERS[peer]}", f">= {goal:.0f}x",
                               status))
-    commits = sorted({str(r.get("commit", "?")) for by in results.values() for r in by.values()})
+    commits = sorted({commit(r.get("commit")) for by in results.values() for r in by.values()})
     lines = ["## Head step", "",
              "The whole training step of the head (the pool and the residual + gate forward, "
              "then the backward chain), as wall time per step over many steps back to back, "
@@ -444,7 +449,7 @@ def validation(data: ReportData) -> str:
                      sum(not x.get("passed") for x in vs), f"{max(errs):.1e}" if errs else "–"))
     lines = ["## Validation", "",
              f"Record of {v.get('date', '?')} on {v.get('gpu', '?')}, commit "
-             f"{v.get('commit', '?')}, kernel sources hash `{v.get('sources_hash', '?')}`.", ""]
+             f"{commit(v.get('commit'))}, kernel sources hash `{v.get('sources_hash', '?')}`.", ""]
     lines += [table(("kernel", "variants", "passed", "failed", "worst max rel err"), rows), ""]
     failed = [x for x in variants if not x.get("passed")]
     lines += [f"- failed: {x.get('kernel', '?')} {x.get('source', '')} "
@@ -496,7 +501,7 @@ def smoke(result: dict[str, Any], plot: str | None) -> str:
     alpha = [a for a in result.get("alpha_last") or () if _num(a) != "–"]
     lines = ["## Smoke training", "",
              f"One epoch of the whole head on teacher data (`pycuda-heads smoke`, "
-             f"{result.get('date', '?')}, commit {result.get('commit', '?')}, "
+             f"{result.get('date', '?')}, commit {commit(result.get('commit'))}, "
              f"{result.get('seconds', '?')} s): loss = MSE of the gated output + "
              f"{result.get('lambda_frd', '?')} x FRD cross-entropy; the float64 reference ran "
              f"the first {result.get('reference_steps', '?')} steps (largest relative loss "
