@@ -37,6 +37,10 @@ class KernelSpace:
     launch_restrictions: tuple[str, ...] = ()
     shared_bytes: Callable[[Mapping[str, Any], Mapping[str, Any]], int] | None = field(
         default=None, compare=False)
+    # valid points (knob values in params order) per template: the walk of a large space takes
+    # about a second, and nearest/complete/the tuner ask for the same template again and again
+    _valid: dict[tuple, tuple[tuple, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.default) ^ set(self.params)
@@ -70,19 +74,30 @@ class KernelSpace:
     def points(self, env: Mapping[str, Any],
                shape: Mapping[str, Any] | None = None) -> list[Point]:
         """Every valid point of the space, in a fixed order (knobs in ``params`` order, values
-        in theirs). A restriction is checked as soon as the knobs it names are bound, so a
-        large space with few valid points is walked, not enumerated."""
+        in theirs)."""
+        keys = list(self.params)
+        out = [dict(zip(keys, row)) for row in self._rows(env)]
+        if shape is None:
+            return out
+        return [p for p in out if self._launch_violated(p, env, shape) is None]
+
+    def _rows(self, env: Mapping[str, Any]) -> tuple[tuple, ...]:
+        """The valid points' knob values, walked once per template. A restriction is checked
+        as soon as the knobs it names are bound, so a large space with few valid points is
+        walked, not enumerated."""
+        memo = tuple(sorted(env.items()))
+        if memo in self._valid:
+            return self._valid[memo]
         keys = list(self.params)
         due: list[list[str]] = [[] for _ in keys]
         for expr in self.restrictions:
             named = [keys.index(n) for n in _code(expr).co_names if n in self.params]
             due[max(named, default=0)].append(expr)
-        out: list[Point] = []
+        out: list[tuple] = []
 
         def walk(depth: int, point: Point) -> None:
             if depth == len(keys):
-                if shape is None or self._launch_violated(point, env, shape) is None:
-                    out.append(dict(point))
+                out.append(tuple(point.values()))
                 return
             for value in self.params[keys[depth]]:
                 point[keys[depth]] = value
@@ -92,7 +107,8 @@ class KernelSpace:
             del point[keys[depth]]
 
         walk(0, {})
-        return out
+        self._valid[memo] = tuple(out)
+        return self._valid[memo]
 
     def nearest(self, point: Mapping[str, Any], env: Mapping[str, Any],
                 shape: Mapping[str, Any] | None = None) -> Point:
@@ -101,7 +117,15 @@ class KernelSpace:
         itself when no point is valid."""
         if self.violated(point, env, shape) is None:
             return dict(point)
-        return _closest(self.points(env, shape), point) or dict(point)
+        # most shared values first, ties in the points' order; the launch check only for those
+        keys, want = list(self.params), tuple(point[k] for k in self.params)
+        rows = self._rows(env)
+        shared = [sum(a == b for a, b in zip(row, want)) for row in rows]
+        for i in sorted(range(len(rows)), key=lambda i: (-shared[i], i)):
+            candidate = dict(zip(keys, rows[i]))
+            if shape is None or self._launch_violated(candidate, env, shape) is None:
+                return candidate
+        return dict(point)
 
     def complete(self, partial: Mapping[str, Any] | None,
                  env: Mapping[str, Any] | None = None) -> Point:
