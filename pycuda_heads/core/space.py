@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import CodeType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 Point = dict[str, Any]
 
@@ -117,15 +117,9 @@ class KernelSpace:
         itself when no point is valid."""
         if self.violated(point, env, shape) is None:
             return dict(point)
-        # most shared values first, ties in the points' order; the launch check only for those
-        keys, want = list(self.params), tuple(point[k] for k in self.params)
-        rows = self._rows(env)
-        shared = [sum(a == b for a, b in zip(row, want)) for row in rows]
-        for i in sorted(range(len(rows)), key=lambda i: (-shared[i], i)):
-            candidate = dict(zip(keys, rows[i]))
-            if shape is None or self._launch_violated(candidate, env, shape) is None:
-                return candidate
-        return dict(point)
+        return next((p for p in self._alike(env, point)
+                     if shape is None or self._launch_violated(p, env, shape) is None),
+                    dict(point))
 
     def complete(self, partial: Mapping[str, Any] | None,
                  env: Mapping[str, Any] | None = None) -> Point:
@@ -144,13 +138,17 @@ class KernelSpace:
         point = {**self.default, **partial}
         if env is None or self.violated(point, env) is None:
             return point
-        keeping = [p for p in self.points(env) if all(p[k] == v for k, v in partial.items())]
-        return _closest(keeping, self.default) or point
+        return next((p for p in self._alike(env, self.default)
+                     if all(p[k] == v for k, v in partial.items())), point)
 
-
-def _closest(points: list[Point], to: Mapping[str, Any]) -> Point | None:
-    """The first of ``points`` sharing most knob values with ``to``; None when there are none."""
-    return max(points, key=lambda p: sum(p[k] == to[k] for k in p), default=None)
+    def _alike(self, env: Mapping[str, Any], to: Mapping[str, Any]) -> Iterator[Point]:
+        """The valid points, those sharing most knob values with ``to`` first (ties in the
+        points' order): callers take the first that also meets their own condition."""
+        keys, want = list(self.params), tuple(to[k] for k in self.params)
+        rows = self._rows(env)
+        shared = [sum(a == b for a, b in zip(row, want)) for row in rows]
+        for i in sorted(range(len(rows)), key=lambda i: (-shared[i], i)):
+            yield dict(zip(keys, rows[i]))
 
 
 def residual_pairs_space(kernel: str) -> KernelSpace:
