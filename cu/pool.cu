@@ -658,12 +658,19 @@ struct Walk {
 // The producer side of a warp's ring: the (row, step) it copies next and the slot it goes to.
 // A slot gets ln rows key0 .. key0+SKEYS-1 (zeros past K) and, when `extra`, attn and grad_attn
 // at those keys (zeros where grad_attn is absent).
+// The constructor takes warp `warp`'s ring out of `rings` and issues its first STAGES-1 steps.
 template <int SLOT>
 struct Ring {
     float* slots;
     int pr, pj, pslot;
-    __device__ Ring(float* s, const Walk& w)
-        : slots(s), pr(w.per_row ? 0 : w.rows), pj(0), pslot(0) {}
+    __device__ Ring(float* rings, const int warp, const Walk& w, const float* __restrict__ ln,
+                    const float* __restrict__ attn, const float* __restrict__ gab, const int K,
+                    const int lane, const bool extra)
+        : slots(rings + warp * STAGES * SLOT), pr(w.per_row ? 0 : w.rows), pj(0), pslot(0)
+    {
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; ++i) issue(w, ln, attn, gab, K, lane, extra);
+    }
 
     __device__ void issue(const Walk& w, const float* __restrict__ ln,
                           const float* __restrict__ attn, const float* __restrict__ gab,
@@ -691,6 +698,20 @@ struct Ring {
         copy_commit();
     }
 };
+
+// A row's online-softmax state: running max, sum and accumulators, empty.
+template <int COLS>
+__device__ __forceinline__ void row_start(float (&m)[N_HORIZONS], float (&l)[N_HORIZONS],
+                                          float (&acc)[N_HORIZONS][COLS])
+{
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+#pragma unroll
+        for (int j = 0; j < COLS; ++j) acc[h][j] = 0.f;
+    }
+}
 
 #if LANE_ACC
 #if TW != 1 || SKEYS % 4
@@ -730,22 +751,14 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
 
     const Walk w(B, K, warp, 0);
-    Ring<FSLOT> ring_in(ring + warp * STAGES * FSLOT, w);
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
+    Ring<FSLOT> ring_in(ring, warp, w, ln, nullptr, nullptr, K, lane, false);
 
     int cslot = 0;
     for (int r = 0; r < w.rows; ++r) {
         const int b = w.row(r);
         float* attnb = attn + (size_t)b * N_HORIZONS * K;
         float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][ROW_PER_LANE];
-#pragma unroll
-        for (int h = 0; h < N_HORIZONS; ++h) {
-            m[h] = -INFINITY;
-            l[h] = 0.f;
-#pragma unroll
-            for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = 0.f;
-        }
+        row_start(m, l, acc);
         for (int j = 0; j < w.per_row; ++j) {
             ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
             copy_wait();
@@ -894,22 +907,14 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
 
     const Walk w(B, K, team, wt);
-    Ring<FSLOT> ring_in(ring + warp * STAGES * FSLOT, w);
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
+    Ring<FSLOT> ring_in(ring, warp, w, ln, nullptr, nullptr, K, lane, false);
 
     int cslot = 0;
     for (int r = 0; r < w.rows; ++r) {
         const int b = w.row(r);
         float* attnb = attn + (size_t)b * N_HORIZONS * K;
         float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][GCOLS];
-#pragma unroll
-        for (int h = 0; h < N_HORIZONS; ++h) {
-            m[h] = -INFINITY;
-            l[h] = 0.f;
-#pragma unroll
-            for (int j = 0; j < GCOLS; ++j) acc[h][j] = 0.f;
-        }
+        row_start(m, l, acc);
         for (int j = 0; j < w.per_row; ++j) {
             ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
             copy_wait();
@@ -1067,9 +1072,7 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     __syncthreads();
 
     const Walk w(B, K, team, wt);
-    Ring<BSLOT> ring_in(smem + warp * STAGES * BSLOT, w);
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) ring_in.issue(w, ln, attn, grad_attn, K, lane, true);
+    Ring<BSLOT> ring_in(smem, warp, w, ln, attn, grad_attn, K, lane, true);
 
     float gq[N_HORIZONS][GCOLS];
 #pragma unroll
@@ -1098,20 +1101,23 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
         }
         if (!ctx) {
             // sum_k attn*dw: group g takes keys g, g+KPW, ...; the groups' shares are added
-            // by butterfly.
+            // by butterfly. Every lane runs every trip (the butterflies need the whole warp:
+            // a group that left the loop early would hang the others' shuffles).
             float share[N_HORIZONS];
 #pragma unroll
             for (int h = 0; h < N_HORIZONS; ++h) share[h] = 0.f;
             const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
-            for (int k = g; k < K; k += KPW) {
+            for (int k0 = 0; k0 < K; k0 += KPW) {
+                const int k = k0 + g;
                 float x[GCOLS];
-                group_cols(lnb + (size_t)k * HIDDEN_DIM, gl, x);
+                group_cols(lnb + (size_t)min(k, K - 1) * HIDDEN_DIM, gl, x);
 #pragma unroll
                 for (int h = 0; h < N_HORIZONS; ++h) {
                     float dot = 0.f;
 #pragma unroll
                     for (int j = 0; j < GCOLS; ++j) dot = fmaf(gc[h][j], x[j], dot);
-                    share[h] = fmaf(attnb[(size_t)h * K + k], group_sum<GROUP>(dot), share[h]);
+                    dot = group_sum<GROUP>(dot);
+                    if (k < K) share[h] = fmaf(attnb[(size_t)h * K + k], dot, share[h]);
                 }
             }
 #pragma unroll

@@ -31,7 +31,7 @@ _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 
 # (forward) queries in registers, raw scores in shared memory, lane-owned accumulators and
 # keys per lane group a step. The other layouts read none of them and pin each to one value.
 _LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
-            "MIN_BLOCKS": (0, 2, 3, 4), "STAGES": (2, 3, 4)}
+            "MIN_BLOCKS": (0, 2, 3, 4), "STAGES": (2, 3, 4, 6, 8)}
 _PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS, STAGES) == (32, 1, 0, 0, 4)"
 # LAYOUT 3's knob: floats of ln per shared-memory chunk (CHUNK // HIDDEN_DIM keys); the other
 # layouts pin it. Its tiles: TK keys a thread, T1 threads a D slice, KSPLIT slices.
