@@ -622,6 +622,19 @@ def test_cli_gpu_commands_fail_cleanly_without_a_gpu(capsys):
     assert args.func(args) == 2 and "needs a GPU" in capsys.readouterr().err
     args = parser().parse_args(["sweep", "--kernels", "nope"])
     assert args.func(args) == 2
+    for bad, why in (('{"NOPE": 1}', "no kernel of this run has all of its knobs"),
+                     ('{"STAGES": 5}', "STAGES=5 is not one of")):
+        args = parser().parse_args(["sweep", "--kernels", "pool.forward", "--try", bad])
+        assert args.func(args) == 2 and why in capsys.readouterr().err
+
+
+def test_cli_try_takes_json_objects(capsys):
+    args = parser().parse_args(["sweep", "--try", '{"STAGES": 3}', "--try", '{"GRID": 2}'])
+    assert args.tries == [{"STAGES": 3}, {"GRID": 2}]
+    for bad in ("STAGES=3", "[3]", "{}"):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["sweep", "--try", bad])
+        assert "--try" in capsys.readouterr().err
 
 
 def test_cli_export_and_efficiency(tmp_path, capsys):

@@ -265,3 +265,30 @@ def test_startup_draws_every_layout_before_repeating_knob_values():
         assert {p["LAYOUT"] for p in startup} == {0, 1, 2}
         assert {p["GROUP"] for p in startup} == {8, 16, 32}
         assert startup_points(task, trials=4, seed=seed) == startup[:4]
+
+
+def test_tries_follow_the_shipped_point_where_their_knobs_and_values_fit(monkeypatch):
+    """``--try`` points are completed from the default and queued after the baseline and the
+    shipped point, even past the random startup trials; a try naming a knob the space lacks,
+    or invalid at the template, is left out of that study; a value the space lacks is an
+    error."""
+    from pycuda_heads.tuning import spaces
+    monkeypatch.setattr(spaces, "load_table", lambda slug: None)
+    spec = catalog()["pool.forward"]
+    stages = [{"STAGES": s} for s in (2, 3, 6, 8)]
+    tries = (*stages, {"SMEM_SCORES": 1, "GROUP_KEYS": 2, "STAGES": 3}, {"STAGES": 3},
+             {"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192},  # needs N_HORIZONS % 4 == 0
+             {"TK": 2}, *({"GRID": g} for g in (1, 2, 3, 4)), {"MIN_BLOCKS": 2})
+    task = TuningTask.from_spec(spec, {"B": 4096, "K": 64}, "Toy GPU", "toy-gpu", tries=tries)
+    want = [{**spec.space.default, **t} for t in (*stages, tries[4], *tries[-5:])]
+    assert task.tried == want
+    startup = spaces.startup_points(task, trials=30, seed=0)
+    assert startup[0] == task.baseline and startup[1:1 + len(want)] == want
+    assert len(startup) == 1 + len(want) > spaces.STARTUP_TRIALS
+    assert spaces.startup_points(task, trials=4, seed=0) == startup[:4]
+
+    wide = TuningTask.from_spec(spec, {"B": 512, "K": 64}, "Toy GPU", "toy-gpu",
+                                {"N_HORIZONS": 32, "HIDDEN_DIM": 128}, tries=tries)
+    assert {"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}.items() <= wide.tried[0].items()
+    with pytest.raises(ValueError, match="STAGES=5"):
+        TuningTask.from_spec(spec, {"B": 64, "K": 64}, "G", "g", tries=({"STAGES": 5},)).tried

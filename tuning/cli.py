@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -54,11 +55,26 @@ def _positive(text: str) -> int:
     return value
 
 
+def _point(text: str) -> dict[str, int]:
+    try:
+        point = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}: {exc}") from None
+    if not isinstance(point, dict) or not point:
+        raise argparse.ArgumentTypeError(f"expected a JSON object of knobs, got {text!r}")
+    return point
+
+
 def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--mode", choices=("tpe", "exhaustive"), default=mode)
     p.add_argument("--trials", type=_positive, default=30,
                    help="trials per study (tpe; default 30)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--try", dest="tries", type=_point, action="append", default=[],
+                   metavar="JSON",
+                   help="a partial point to try first, e.g. '{\"STAGES\": 3}' (repeatable): "
+                        "completed from the default in every study whose kernel has its knobs "
+                        "and where it is valid; tries count toward --trials")
     p.add_argument("--worker-seed", type=int, default=None,
                    help="sampler seed of this worker when several share one study (default: "
                         "--seed); give each worker its own")
@@ -179,6 +195,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     try:  # everything the user typed is checked before any GPU work
         check_storage(args.storage)
         _writable(Path(args.out))
+        _check_tries(args.tries, [k for k, _, _ in specs])
     except (ValueError, OSError) as exc:
         print(f"pycuda-heads {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -190,7 +207,8 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         tasks = [TuningTask.from_spec(catalog()[k], shape, gpu.name, gpu.slug, template,
-                                      gpu.max_shared_bytes) for k, shape, template in specs]
+                                      gpu.max_shared_bytes, args.tries)
+                 for k, shape, template in specs]
     except (KeyError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -223,6 +241,20 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     records.log_phase(Path(args.out) / gpu.slug, args.command, started, status,
                       "kernels " + args.kernels if getattr(args, "kernels", None) else "")
     return status
+
+
+def _check_tries(tries: list[dict], kernels: list[str]) -> None:
+    """ValueError for a try that no kernel of the run can take: a misspelt knob, or a value
+    its space lacks."""
+    from pycuda_heads.catalog import catalog
+    for partial in tries:
+        spaces = [catalog()[k].space for k in dict.fromkeys(kernels)
+                  if set(partial) <= set(catalog()[k].space.params)]
+        if not spaces:
+            raise ValueError(f"--try {json.dumps(partial)}: no kernel of this run has all of "
+                             f"its knobs ({', '.join(dict.fromkeys(kernels))})")
+        for space in spaces:
+            space.complete(partial)  # names a value the space lacks
 
 
 def _writable(out: Path) -> None:

@@ -42,21 +42,23 @@ STARTUP_TRIALS = 10
 
 
 def startup_points(task: "TuningTask", trials: int, seed: int) -> list[Point]:
-    """The first min(trials, STARTUP_TRIALS) trials of the task's TPE study: its baseline, the
-    shipped table's point for the task (so a re-tune after a source change starts from what
-    won before), then valid points drawn at random with a seed of ``seed`` and the task's name,
-    those bringing most knob values not drawn yet first (so a layout that few valid points
-    take is still tried before TPE models the results)."""
+    """The first trials of the task's TPE study (STARTUP_TRIALS, or more where the user's tries
+    need them; never more than ``trials``): its baseline, the shipped table's point for the
+    task (so a re-tune after a source change starts from what won before), the user's tries,
+    then valid points drawn at random with a seed of ``seed`` and the task's name, those
+    bringing most knob values not drawn yet first (so a layout that few valid points take is
+    still tried before TPE models the results)."""
     first = [dict(task.baseline)]
-    if task.shipped is not None and task.shipped != task.baseline:
-        first.append(task.shipped)
+    for point in ([] if task.shipped is None else [task.shipped]) + task.tried:
+        if point not in first:
+            first.append(point)
     valid = [p for p in all_points(task)[1:]
              if p not in first and task.space.violated(p, task.template, task.launch_env) is None]
     random.Random(f"{seed}:{task.name}").shuffle(valid)
     # The order does not depend on trials, so it is a prefix for any number of them.
     order = first + greedy_cover(valid, first, limit=STARTUP_TRIALS - len(first))
     rest = [p for p in valid if p not in order]
-    return (order + rest)[:max(1, min(trials, STARTUP_TRIALS))]
+    return (order + rest)[:max(1, min(trials, max(STARTUP_TRIALS, len(first))))]
 
 
 def greedy_cover(candidates: list[Point], seen_in: list[Point],
@@ -96,16 +98,20 @@ class TuningTask:
     source_hash: str = ""
     #: the GPU's opt-in shared memory per block, as the op reads it (``device.max_shared_bytes``)
     max_shared_bytes: int = SM90_MAX_SHARED_BYTES
+    #: partial points the user asked to try first (``--try``), as typed
+    tries: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
 
     @classmethod
     def from_spec(cls, spec: KernelSpec, shape: Mapping[str, int], gpu: str, slug: str,
                   template: Mapping[str, int] | None = None,
-                  max_shared_bytes: int = SM90_MAX_SHARED_BYTES) -> "TuningTask":
+                  max_shared_bytes: int = SM90_MAX_SHARED_BYTES,
+                  tries: tuple[Mapping[str, Any], ...] = ()) -> "TuningTask":
         from pycuda_heads.catalog import SUITE_TEMPLATE
         return cls(kernel=spec.id, space=spec.space,
                    template=spec.template({**SUITE_TEMPLATE, **(template or {})}),
                    shape={k: int(v) for k, v in shape.items()}, gpu=gpu, slug=slug, spec=spec,
-                   source_hash=op_source_hash(spec.op), max_shared_bytes=max_shared_bytes)
+                   source_hash=op_source_hash(spec.op), max_shared_bytes=max_shared_bytes,
+                   tries=tuple(tries))
 
     @property
     def launch_env(self) -> dict[str, int]:
@@ -118,6 +124,20 @@ class TuningTask:
         default, or the nearest valid point where the default cannot run (a wide template).
         Every tuned configuration is compared with it."""
         return self.space.nearest(self.space.default, self.template, self.launch_env)
+
+    @cached_property
+    def tried(self) -> list[Point]:
+        """The ``tries`` that apply here, completed from the default: those naming only knobs of
+        this space and valid at this template and shape (a value the space lacks is an error)."""
+        out: list[Point] = []
+        for partial in self.tries:
+            if not set(partial) <= set(self.space.params):
+                continue
+            point = self.space.complete(partial, self.template)
+            if (self.space.violated(point, self.template, self.launch_env) is None
+                    and point not in out):
+                out.append(point)
+        return out
 
     @cached_property
     def shipped(self) -> Point | None:

@@ -113,7 +113,7 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
                     # the baseline whenever no trial holds it (fail_stale fails a killed one, and
                     # may have queued it again); a new study's startup points while trials are free
                     free = trials - finished - running
-                    wanted = startup if finished < STARTUP_TRIALS else startup[:1]
+                    wanted = startup if finished < len(startup) else startup[:1]
                     for i, point in enumerate(wanted):
                         if point_key(point) not in held and (i == 0 or free > 0):
                             study.enqueue_trial(point)
