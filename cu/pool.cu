@@ -528,8 +528,8 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 //   Work: team `team` of TW = NWARPS/TEAMS warps owns batch rows (blockIdx.x + i*gridDim.x)*TEAMS
 //   + team, i = 0, 1, ... (the host sizes the grid: a row per team, or GRID blocks per SM).
 //   In a row, warp wt of the team takes steps wt, wt+TW, ... of SKEYS = KPW*GROUP_KEYS
-//   consecutive keys (KPW = 32/GROUP lane groups, GROUP_KEYS keys each; the backward's steps
-//   hold a key per group); lane group g (GROUP lanes) owns keys u*KPW + g of the step and lane
+//   consecutive keys (KPW = 32/GROUP lane groups, GROUP_KEYS keys each); lane group g
+//   (GROUP lanes) owns keys u*KPW + g of the step and lane
 //   gl of the group holds columns (c*GROUP + gl)*VEC + v, so a per-key dot product is a
 //   GROUP-lane butterfly.
 //   Loads: every warp streams its steps through its own ring of STAGES shared-memory slots,
@@ -559,9 +559,9 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
 #define LOG2E 1.4426950408889634f
 // Ring slot (floats): the step's SKEYS ln rows; the backward's also holds attn and grad_attn
-// at those keys ([2][N_HORIZONS][KPW], rounded up to keep slots 16-byte aligned).
+// at those keys ([2][N_HORIZONS][SKEYS], rounded up to keep slots 16-byte aligned).
 #define FSLOT (SKEYS * HIDDEN_DIM)
-#define BEXTRA ((2 * N_HORIZONS * KPW + 3) / 4 * 4)
+#define BEXTRA ((2 * N_HORIZONS * SKEYS + 3) / 4 * 4)
 #define BSLOT (FSLOT + BEXTRA)
 
 // Every group of this thread's copies but the newest STAGES-1 (the steps ahead) is complete.
@@ -685,9 +685,9 @@ struct Ring {
                 const bool valid = k0 + i * VEC / HIDDEN_DIM < K;
                 copy_async<4 * VEC>(dst + i * VEC, valid ? src + i * VEC : ln, valid);
             }
-            for (int i = lane; extra && i < 2 * N_HORIZONS * KPW; i += 32) {
-                const int h = i / KPW % N_HORIZONS, j = i % KPW;
-                const float* from = i < N_HORIZONS * KPW ? attn : gab;
+            for (int i = lane; extra && i < 2 * N_HORIZONS * SKEYS; i += 32) {
+                const int h = i / SKEYS % N_HORIZONS, j = i % SKEYS;
+                const float* from = i < N_HORIZONS * SKEYS ? attn : gab;
                 const bool valid = from != nullptr && k0 + j < K;
                 copy_async<4>(dst + FSLOT + i,
                               valid ? from + ((size_t)b * N_HORIZONS + h) * K + k0 + j : ln, valid);
@@ -1048,7 +1048,9 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // a pass of its own), plus sum_k attn*grad_attn. Per key (its ln row, attn and grad_attn from
 // the ring): dw = grad_ctx[b,h,:] . ln[b,k,:] (a group butterfly), d = attn*(dw + grad_attn - c);
 // the grad_ln row sum_h attn*grad_ctx + scale*d*q_h is written once from registers, and
-// grad_q_h's partial sum d*ln stays in registers across all of the warp's rows. At the end the
+// grad_q_h's partial sum d*ln stays in registers across all of the warp's rows. A lane group's
+// GROUP_KEYS keys a step share its reads of q_h (and give its butterflies independent work to
+// overlap: a B=1024 row has one warp, and the warps of an SM are too few to hide them). At the end the
 // groups merge by butterfly and the warps in warp order through shared memory into the block's
 // scratch row gq_scratch[blockIdx.x] (reduced over blocks by reduce_axis0).
 // Dynamic shared memory (floats): ring [NWARPS][STAGES][BSLOT], reused at the end for the
@@ -1139,26 +1141,36 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
             ring_in.issue(w, ln, attn, grad_attn, K, lane, true);
             copy_wait();
             __syncwarp();
-            const int k = w.key0(j) + g;
             const float* slot = ring_in.slots + cslot * BSLOT;
-            float x[GCOLS], out[GCOLS];
-            group_cols(slot + g * HIDDEN_DIM, gl, x);
+            float x[GROUP_KEYS][GCOLS], out[GROUP_KEYS][GCOLS];
 #pragma unroll
-            for (int v = 0; v < GCOLS; ++v) out[v] = 0.f;
+            for (int u = 0; u < GROUP_KEYS; ++u) {
+                group_cols(slot + (u * KPW + g) * HIDDEN_DIM, gl, x[u]);
+#pragma unroll
+                for (int v = 0; v < GCOLS; ++v) out[u][v] = 0.f;
+            }
 #pragma unroll
             for (int h = 0; h < N_HORIZONS; ++h) {
-                float qh[GCOLS];
+                float qh[GCOLS];  // read once for the group's GROUP_KEYS keys
                 group_cols(qs + h * HIDDEN_DIM, gl, qh);
-                const float a = slot[FSLOT + h * KPW + g];
-                const float ga = slot[FSLOT + (N_HORIZONS + h) * KPW + g];
-                const float d = a * (group_sum<GROUP>(lane_dot(gc[h], x)) + ga - c[h]);
 #pragma unroll
-                for (int v = 0; v < GCOLS; ++v) {
-                    out[v] = fmaf(a, gc[h][v], fmaf(d, qh[v], out[v]));
-                    gq[h][v] = fmaf(d, x[v], gq[h][v]);
+                for (int u = 0; u < GROUP_KEYS; ++u) {
+                    const int e = u * KPW + g;  // zeros past K: d = 0 there
+                    const float a = slot[FSLOT + h * SKEYS + e];
+                    const float ga = slot[FSLOT + (N_HORIZONS + h) * SKEYS + e];
+                    const float d = a * (group_sum<GROUP>(lane_dot(gc[h], x[u])) + ga - c[h]);
+#pragma unroll
+                    for (int v = 0; v < GCOLS; ++v) {
+                        out[u][v] = fmaf(a, gc[h][v], fmaf(d, qh[v], out[u][v]));
+                        gq[h][v] = fmaf(d, x[u][v], gq[h][v]);
+                    }
                 }
             }
-            if (k < K) store_group_cols(glnb + (size_t)k * HIDDEN_DIM, gl, out, 1.f);
+#pragma unroll
+            for (int u = 0; u < GROUP_KEYS; ++u) {
+                const int k = w.key0(j) + u * KPW + g;
+                if (k < K) store_group_cols(glnb + (size_t)k * HIDDEN_DIM, gl, out[u], 1.f);
+            }
             __syncwarp();
             cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
         }

@@ -169,14 +169,16 @@ _L2 = {"LAYOUT": 2}
     {}, {"LANE_ACC": 0}, {"LANE_ACC": 0, "QREG": 1}, {"SMEM_SCORES": 1},
     {"GROUP_KEYS": 2, "STAGES": 3}, {"GROUP_KEYS": 4, "STAGES": 2, "QREG": 0},
     {"GROUP": 16, "GROUP_KEYS": 2, "TEAMS": 4}, {"GROUP": 16, "TEAMS": 2},
+    {"GROUP": 16, "GROUP_KEYS": 2, "TEAMS": 2}, {"GROUP": 8, "GROUP_KEYS": 2, "MIN_BLOCKS": 2},
     {"GROUP": 32, "TEAMS": 1, "GRID": 1},
     {"BLOCK": 256, "TEAMS": 2, "GRID": 4}, {"BLOCK": 64, "TEAMS": 1, "VEC": 1, "GRID": 2}],
     ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
 @pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
 def test_layout_2_matches_reference(template, shape, params, kernel):
     space = ph.PerHorizonAttentionPool.SPACES[kernel.split(".")[1]]
-    point = space.complete({**_L2, **{k: v for k, v in params.items() if k in space.params}},
-                           template)
+    # the passes share the matrix: each takes the knobs and values its space has
+    point = space.complete({**_L2, **{k: v for k, v in params.items()
+                                      if v in space.params.get(k, ())}}, template)
     if space.violated(point, template, shape):
         point = space.nearest(point, template, shape)
     if point["LAYOUT"] != 2:  # the backward's per-lane rows outgrow LAYOUT 2 at H=2, D=1024
@@ -208,7 +210,8 @@ def test_backward_with_and_without_ctx(layout, with_grad_attn):
     gc = rng.standard_normal((b, h, d), dtype=F32)
     ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None
     pool = ph.PerHorizonAttentionPool(h, d, launch={"forward": {"LAYOUT": layout},
-                                                    "backward": {"LAYOUT": layout, "TEAMS": 2}
+                                                    "backward": {"LAYOUT": layout, "TEAMS": 2,
+                                                                 "GROUP_KEYS": 2}
                                                     if layout == 2 else {"LAYOUT": layout}})
     ctx, attn = pool.forward(q, ln)
     rq, rln = ref.pool_backward(q, ln, attn.get(), gc, grad_attn=ga)

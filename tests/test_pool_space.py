@@ -45,8 +45,8 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
 
 def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     """No two valid points of one layout differ only in a knob that layout ignores."""
-    layout2 = ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "MIN_BLOCKS", "STAGES")
-    for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES", "LANE_ACC", "GROUP_KEYS")),
+    layout2 = ("BLOCK", "VEC", "GROUP", "TEAMS", "GRID", "MIN_BLOCKS", "STAGES", "GROUP_KEYS")
+    for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES", "LANE_ACC")),
                          (BACKWARD_SPACE, ())):
         read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra,
                 3: ("BLOCK", "CHUNK")}
@@ -70,6 +70,16 @@ def test_layout_3_shared_memory_matches_the_kernels_layout() -> None:
     point = BACKWARD_SPACE.complete({"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}, template)
     assert backward_shared_bytes(point, {**template, **shape}) == 4 * (
         192 * 132 + 32 * 64 + 32 * 64 + 32)
+
+
+def test_layout_2_backward_ring_holds_every_key_of_a_step() -> None:
+    """A backward ring slot holds the step's ln rows and their attn and grad_attn: at GROUP 16
+    and GROUP_KEYS 2, 4 keys of 128 floats and 2x5x4 floats, in 4 slots a warp."""
+    template, shape = {"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {"K": 64}
+    point = BACKWARD_SPACE.complete({"GROUP_KEYS": 2}, template)
+    assert (point["GROUP"], point["STAGES"], point["BLOCK"]) == (16, 4, 128)
+    slot = 4 * 128 + 40
+    assert backward_shared_bytes(point, {**template, **shape}) == 4 * (4 * 4 * slot + 5 * 128)
 
 
 def test_a_partial_launch_keeps_its_knobs_and_fills_the_rest_validly() -> None:

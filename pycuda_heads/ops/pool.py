@@ -27,9 +27,10 @@ _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 
            "LAYOUT": (0, 1, 2, 3)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
-# wave), blocks per SM the registers must allow (0: ptxas decides), ring slots per warp, and
-# (forward) queries in registers, raw scores in shared memory, lane-owned accumulators and
-# keys per lane group a step. The other layouts read none of them and pin each to one value.
+# wave), blocks per SM the registers must allow (0: ptxas decides), ring slots per warp; keys
+# per lane group a step (GROUP_KEYS, both passes, beside these) and (forward) queries in
+# registers, raw scores in shared memory and lane-owned accumulators. The other layouts read
+# none of them and pin each to one value.
 _LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
             "MIN_BLOCKS": (0, 2, 3, 4), "STAGES": (2, 3, 4, 6, 8)}
 _PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS, STAGES) == (32, 1, 0, 0, 4)"
@@ -100,8 +101,8 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
     if p["LAYOUT"] == 2:  # ring (ln rows, attn and grad_attn), reused for the warps' partials
-        kpw = 32 // p["GROUP"]
-        slot = kpw * d + -(-2 * h * kpw // 4) * 4
+        keys = 32 // p["GROUP"] * p["GROUP_KEYS"]
+        slot = keys * d + -(-2 * h * keys // 4) * 4
         return 4 * (w * max(p["STAGES"] * slot, h * d) + h * d)
     if p["LAYOUT"] == 3:  # queries, grad_ctx, ln chunks, partial products, attn chunk, c
         rows, products = _chunk_floats(p, env)
@@ -141,21 +142,23 @@ FORWARD_SPACE = KernelSpace(
     shared_bytes=forward_shared_bytes)
 
 BACKWARD_SPACE = KernelSpace(
-    kernel="pool.backward", params={**_COMMON, **_LAYOUT2, **_CHUNK},
+    kernel="pool.backward", params={**_COMMON, **_LAYOUT2, "GROUP_KEYS": (1, 2), **_CHUNK},
     # MIN_BLOCKS 3 lets ptxas use up to 168 registers: left to itself it picks 134 and the
     # B=1024,K=128 backward runs 14% slower (same occupancy, less latency hidden)
     default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 16, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 3, "STAGES": 4, "CHUNK": 4096},
+             "GRID": 0, "MIN_BLOCKS": 3, "STAGES": 4, "GROUP_KEYS": 1, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
                   # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
                   f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32",
                   f"LAYOUT in (2, 3) or {_PINNED}",
+                  "LAYOUT == 2 or GROUP_KEYS == 1",
                   *_LAYOUT2_LIMITS, *_LAYOUT3,
-                  # per lane: grad_ctx and the grad_q_h partial of every horizon, an ln row, a
-                  # grad_ln row and a query row
-                  f"LAYOUT != 2 or (2 * N_HORIZONS + 3) * {_GCOLS} + N_HORIZONS <= 168"),
+                  # per lane: grad_ctx and the grad_q_h partial of every horizon, a query row,
+                  # and an ln row and a grad_ln row for each of the GROUP_KEYS keys
+                  f"LAYOUT != 2 or (2 * N_HORIZONS + 1 + 2 * GROUP_KEYS) * {_GCOLS} "
+                  "+ N_HORIZONS <= 168"),
     launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
