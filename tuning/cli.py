@@ -247,12 +247,14 @@ def _check_tries(tries: list[dict], kernels: list[str]) -> None:
     """ValueError for a try that no kernel of the run can take: a misspelt knob, or a value
     its space lacks."""
     from pycuda_heads.catalog import catalog
+
+    from .spaces import takes
+    names = list(dict.fromkeys(kernels))
     for partial in tries:
-        spaces = [catalog()[k].space for k in dict.fromkeys(kernels)
-                  if set(partial) <= set(catalog()[k].space.params)]
+        spaces = [s for s in (catalog()[k].space for k in names) if takes(s, partial)]
         if not spaces:
             raise ValueError(f"--try {json.dumps(partial)}: no kernel of this run has all of "
-                             f"its knobs ({', '.join(dict.fromkeys(kernels))})")
+                             f"its knobs ({', '.join(names)})")
         for space in spaces:
             space.complete(partial)  # names a value the space lacks
 

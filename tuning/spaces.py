@@ -29,6 +29,11 @@ def suggest(trial: optuna.Trial, space: KernelSpace) -> Point:
             for knob, values in space.params.items()}
 
 
+def takes(space: KernelSpace, partial: Mapping[str, Any]) -> bool:
+    """Whether ``space`` has every knob of a partial point (a ``--try``)."""
+    return set(partial) <= set(space.params)
+
+
 def all_points(task: "TuningTask") -> list[Point]:
     """Every point the task's restrictions allow (launch restrictions aside), its baseline
     first (every table entry is compared with it), the rest in a fixed order."""
@@ -131,7 +136,7 @@ class TuningTask:
         this space and valid at this template and shape (a value the space lacks is an error)."""
         out: list[Point] = []
         for partial in self.tries:
-            if not set(partial) <= set(self.space.params):
+            if not takes(self.space, partial):
                 continue
             point = self.space.complete(partial, self.template)
             if (self.space.violated(point, self.template, self.launch_env) is None
