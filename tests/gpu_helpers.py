@@ -27,3 +27,23 @@ def oracles(kernel, template=None, params=None):
     template = spec.template(template or SUITE_TEMPLATE)
     params = spec.space.complete(params, template)
     return spec.oracles(lambda t: spec.make_op(t, params), template)
+
+
+def assert_pdl_gives_plain_bits(monkeypatch, chain):
+    """``chain()`` -> (op, GPUArrays) gives the same bits with programmatic dependent launch as
+    with plain launches (the op's kernels are PdlKernels, then plain Kernels)."""
+    import pytest
+    from pycuda_heads.core import compile as core_compile
+    if not core_compile._pdl_supported():
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 and cuda-bindings")
+
+    def run():
+        op, outs = chain()
+        return {type(k) for k in op._kernels.values()}, [o.get().tobytes() for o in outs]
+
+    kernels, pdl = run()
+    assert kernels == {core_compile.PdlKernel}
+    monkeypatch.setattr(core_compile, "_PDL", [False])
+    kernels, plain = run()
+    assert kernels == {core_compile.Kernel}
+    assert pdl == plain

@@ -314,21 +314,22 @@ def test_pdl_needs_compute_capability_9_and_cuda_bindings(fake_pdl, monkeypatch)
     monkeypatch.setattr(core_compile, "bindings", missing)
     ph.ResidualGate(H, D).forward(*resgate_inputs(3))
     assert not fake_pdl.launches
-    assert not ph.PerHorizonAttentionPool.PDL  # families opt in
+    assert not ph.AlphaGate.PDL  # families opt in
 
 
-def test_every_entry_of_a_pdl_family_enters_through_pdl_enter():
+def test_every_entry_of_a_pdl_family_waits_first():
     """Before any memory access: a PDL launch may start while the previous kernel still
     writes."""
     import re
     from pycuda_heads.catalog import catalog
     from pycuda_heads.core.source import family_source
     families = {spec.op.FAMILY for spec in catalog().specs.values() if spec.op.PDL}
-    assert "resgate" in families
+    assert {"resgate", "pool"} <= families
     for family in families:
         source = family_source(family)
         entries = re.findall(r'extern "C" __global__[^{]*?(\w+)\s*\([^)]*\)\s*\{\s*([^;]*;)',
                              source)
         assert len(entries) == source.count('extern "C" __global__'), family  # none skipped
         for entry, first in entries:
-            assert first == "pdl_enter();", f"{family}: {entry} starts with {first!r}"
+            assert first in ("pdl_enter();", "pdl_wait();"), \
+                f"{family}: {entry} starts with {first!r}"

@@ -4,7 +4,7 @@ import pytest
 
 import pycuda_heads as ph
 from pycuda_heads import reference as ref
-from gpu_helpers import assert_variant_passes, grid_params, oracles
+from gpu_helpers import assert_pdl_gives_plain_bits, assert_variant_passes, grid_params, oracles
 
 pytestmark = pytest.mark.gpu
 F32 = np.float32
@@ -252,3 +252,29 @@ def test_keys_beyond_the_range_raise_before_launch():
     pool = ph.PerHorizonAttentionPool(1, 4)
     with pytest.raises(ValueError, match="K must be at most 65536"):
         pool.forward(np.ones((1, 4), F32), np.ones((1, 65537, 4), F32))
+
+
+@pytest.mark.parametrize("launch", [{}, {"forward": {"LAYOUT": 0}, "backward": {"LAYOUT": 0}},
+                                    {"forward": {"LAYOUT": 1}, "backward": {"LAYOUT": 1}}],
+                         ids=["default", "layout0", "layout1"])
+@pytest.mark.parametrize("b,k", [(3, 8), (300, 64)])
+def test_programmatic_dependent_launches_give_the_bits_of_plain_launches(monkeypatch, launch,
+                                                                         b, k):
+    """A chain where every launch reads what the one before it wrote (each forward's ln is the
+    last backward's grad_ln; each backward reads that forward's attn and ctx) gives, launched
+    with programmatic dependent launch, the bits of the same chain launched plainly."""
+    import pycuda.gpuarray as gpuarray
+    h, d = 5, 128
+    rng = np.random.default_rng(11)
+    q_h, ln0, grad_ctx = (gpuarray.to_gpu(rng.standard_normal(s, dtype=F32))
+                          for s in ((h, d), (b, k, d), (b, h, d)))
+
+    def chain():
+        pool, ln, outs = ph.PerHorizonAttentionPool(h, d, launch=launch), ln0, []
+        for _ in range(10):
+            ctx, attn = pool.forward(q_h, ln)
+            grad_q_h, ln = pool.backward(q_h, ln, attn, grad_ctx, ctx=ctx)
+            outs += [ctx, attn, grad_q_h]
+        return pool, [*outs, ln]
+
+    assert_pdl_gives_plain_bits(monkeypatch, chain)

@@ -10,7 +10,7 @@ import pycuda_heads as ph
 from pycuda_heads import reference as ref
 from pycuda_heads.core import arrays
 from pycuda_heads.core.tuned import TABLE_DIR
-from gpu_helpers import assert_variant_passes, grid_params, oracles
+from gpu_helpers import assert_pdl_gives_plain_bits, assert_variant_passes, grid_params, oracles
 
 pytestmark = pytest.mark.gpu
 F32 = np.float32
@@ -181,22 +181,13 @@ def test_programmatic_dependent_launches_give_the_bits_of_plain_launches(monkeyp
     the last out; each backward reads that forward's residual and out) gives, launched with
     programmatic dependent launch, the bits of the same chain launched plainly."""
     import pycuda.gpuarray as gpuarray
-    from pycuda_heads.core import compile as core_compile
-    if not core_compile._pdl_supported():
-        pytest.skip("programmatic dependent launch needs compute capability 9.0 and cuda-bindings")
     x = {k: gpuarray.to_gpu(v) for k, v in _inputs(b).items()}
 
     def chain():
         rg, out, grads = ph.ResidualGate(H, D), x["head"], []
         for _ in range(20):
             out, residual = rg.forward(x["ctx"], x["w_res"], x["bias_res"], out, x["alpha"])
-            grads.append(rg.backward(x["ctx"], x["w_res"], x["alpha"], residual, out))
-        kernels = {type(k) for k in rg._kernels.values()}
-        return kernels, [out.get().tobytes()] + [g.get().tobytes() for gs in grads for g in gs]
+            grads += rg.backward(x["ctx"], x["w_res"], x["alpha"], residual, out)
+        return rg, [out, *grads]
 
-    kernels, pdl = chain()
-    assert kernels == {core_compile.PdlKernel}
-    monkeypatch.setattr(core_compile, "_PDL", [False])
-    kernels, plain = chain()
-    assert kernels == {core_compile.Kernel}
-    assert pdl == plain
+    assert_pdl_gives_plain_bits(monkeypatch, chain)

@@ -142,10 +142,10 @@ def _values(fmt: tuple[tuple, tuple], *args: Any) -> tuple[tuple, tuple]:
 
 
 class PdlKernel(Kernel):
-    """A kernel entry that lets the stream's next kernel launch early and waits for its previous
-    one before it touches memory (``griddepcontrol``), launched by ``cuLaunchKernelEx`` with
-    programmatic stream serialization: consecutive launches overlap their launch latency, while
-    every kernel still sees all of its predecessor's writes. PyCUDA launches cannot carry that
+    """A kernel entry that waits for the stream's previous kernel before it touches memory
+    (``griddepcontrol.wait``), launched by ``cuLaunchKernelEx`` with programmatic stream
+    serialization: consecutive launches overlap their launch latency, while every kernel still
+    sees all of its predecessor's writes. PyCUDA launches cannot carry that
     attribute, so the compiled module (PyCUDA's cached cubin) is loaded through cuda-bindings."""
 
     def _bind(self, source: str, types: str) -> None:

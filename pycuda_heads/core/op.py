@@ -37,9 +37,9 @@ class Op:
     SPACES: ClassVar[dict[str, KernelSpace]]
     #: folder of ``<FAMILY>.cu``; None for the package's own sources
     SOURCE_DIR: ClassVar[Path | None] = None
-    #: every entry of ``<FAMILY>.cu`` starts with ``pdl_enter()`` (it lets the stream's next
-    #: kernel launch early and waits for the previous one before touching memory), so its
-    #: launches may use programmatic dependent launch
+    #: every entry of ``<FAMILY>.cu`` starts by waiting for the stream's previous kernel
+    #: (``griddepcontrol.wait``: ``pdl_enter()``, which also lets the next kernel launch early,
+    #: or ``pdl_wait()``), so its launches may use programmatic dependent launch
     PDL: ClassVar[bool] = False
     #: set False on an instance to ignore the shipped tuned table (what the op does on a GPU
     #: with none: the bench's default column)

@@ -70,6 +70,12 @@ def _tile_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return 0 if items >= p["BLOCK"] else 4 * (p["BLOCK"] // items) * items * tile * p["VEC"]
 
 
+def _step_keys(p: Mapping[str, Any]) -> int:
+    """LAYOUT 2: keys a warp takes a step (its ring slot holds their ln rows), GROUP_KEYS for
+    each of its 32 // GROUP lane groups."""
+    return 32 // p["GROUP"] * p["GROUP_KEYS"]
+
+
 def _chunk_floats(p: Mapping[str, Any], env: Mapping[str, Any]) -> tuple[int, int]:
     """LAYOUT 3: (floats of the queries and the two ln chunks, floats of the partial products)."""
     h, d = env["N_HORIZONS"], env["HIDDEN_DIM"]
@@ -83,12 +89,12 @@ def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
     if p["LAYOUT"] == 2 and p["LANE_ACC"]:  # ring, queries, weights, scores in smem
-        keys = 32 // p["GROUP"] * p["GROUP_KEYS"]
+        keys = _step_keys(p)
         return 4 * (w * p["STAGES"] * keys * d + -(-h * d // 4) * 4 + w * h * keys
                     + p["SMEM_SCORES"] * w * h * k)
     if p["LAYOUT"] == 2:  # ring, queries unless in registers, merge buffers unless TW == 1,
         merge = 0 if p["TEAMS"] == w else 2 * w * h * d + 4 * w * h  # scores in smem
-        return 4 * (w * p["STAGES"] * (32 // p["GROUP"]) * d + (0 if p["QREG"] else h * d)
+        return 4 * (w * p["STAGES"] * _step_keys(p) * d + (0 if p["QREG"] else h * d)
                     + merge + p["SMEM_SCORES"] * w * h * k)
     if p["LAYOUT"] == 3:  # queries, ln chunks, partial scores, max/sum/rescale
         rows, products = _chunk_floats(p, env)
@@ -101,7 +107,7 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     if p["LAYOUT"] == 1:
         return _tile_bytes(p, env)
     if p["LAYOUT"] == 2:  # ring (ln rows, attn and grad_attn), reused for the warps' partials
-        keys = 32 // p["GROUP"] * p["GROUP_KEYS"]
+        keys = _step_keys(p)
         slot = keys * d + -(-2 * h * keys // 4) * 4
         return 4 * (w * max(p["STAGES"] * slot, h * d) + h * d)
     if p["LAYOUT"] == 3:  # queries, grad_ctx, ln chunks, partial products, attn chunk, c
@@ -196,6 +202,7 @@ class PerHorizonAttentionPool(HorizonOp):
 
     FAMILY = "pool"
     SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+    PDL = True
 
     def __init__(self, n_horizons: int, hidden_dim: int,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
