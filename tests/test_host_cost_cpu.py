@@ -2,6 +2,7 @@
 built from cached attributes) with PyCUDA faked: launches are recorded, allocations are
 addresses from a counter. A remembered call must launch exactly what a first call launches,
 and an array of another shape, dtype or layout must still raise the error it always did."""
+import ctypes
 import itertools
 import struct
 import sys
@@ -289,18 +290,33 @@ def test_a_pdl_family_launches_with_programmatic_stream_serialization(fake_pdl):
     with recorded_launches() as made:
         for _ in range(2):
             rg.forward(*x, stream=stream)
-    (c1, f1, (values, ctypes_)), (c2, _, _) = fake_pdl.launches
+    (c1, f1, params), (c2, _, _) = fake_pdl.launches
     assert f1 == "resgate_forward" and c1 is c2  # the configuration is built once
     assert (c1.gridDimX, c1.blockDimX, c1.sharedMemBytes) == (made[0][1][0], made[0][2][0], 0)
     assert c1.hStream == ("stream", 77) and c1.numAttrs == 1
     assert c1.attrs[0].id == "programmatic"
     assert c1.attrs[0].value.programmaticStreamSerializationAllowed == 1
-    # device pointers as ints, then B, in the C signature's types
-    assert values[:5] == (1 << 30,) * 5 and values[7] == 3
-    assert [t.__name__ for t in ctypes_] == ["c_void_p"] * 7 + ["c_int"]
+    # a void** over 8-byte slots: the device pointers as ints, then B as the C signature's int
+    slots = (ctypes.c_void_p * 8).from_address(params)
+    assert [b - a for a, b in zip(slots, slots[1:])] == [8] * 7
+    assert [ctypes.c_uint64.from_address(a).value for a in slots[:5]] == [1 << 30] * 5
+    assert ctypes.c_int.from_address(slots[7]).value == 3
     fake_pdl.result = 700  # a failing launch names the kernel
     with pytest.raises(core_compile.LaunchError, match="launch of resgate_forward failed.*700"):
         rg.forward(*x)
+
+
+def test_each_thread_packs_pdl_arguments_into_its_own_slots():
+    """The driver reads the arguments while the launch call has released the GIL."""
+    import threading
+    slots = core_compile._ArgumentSlots(3)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append((slots.address, slots.data)))
+    thread.start()
+    thread.join()
+    assert seen[0][0] != slots.address and seen[0][1] is not slots.data
+    array = (ctypes.c_void_p * 3).from_address(slots.address)
+    assert list(array) == [ctypes.addressof(slots.data) + 8 * i for i in range(3)]
 
 
 def test_pdl_needs_compute_capability_9_and_cuda_bindings(fake_pdl, monkeypatch):

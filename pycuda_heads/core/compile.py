@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import struct
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -130,23 +132,29 @@ class Kernel:
             self.function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
 
 
-# ctypes of the prepared-call type letters, as cuLaunchKernelEx takes kernel arguments
-_CTYPES = {"P": ctypes.c_void_p, "i": ctypes.c_int, "f": ctypes.c_float,
-           "q": ctypes.c_longlong, "I": ctypes.c_uint}
+# One 8-byte slot a kernel argument, by prepared-call type letter (struct format, padded).
+_SLOTS = {"P": "Q", "i": "i4x", "f": "f4x", "q": "q", "I": "I4x"}
 
 
-def _values(fmt: tuple[tuple, tuple], *args: Any) -> tuple[tuple, tuple]:
-    """cuLaunchKernelEx's (values, ctypes) of ``args``: device pointers as ints."""
-    pointers, types = fmt
-    return tuple(int(a) if p else a for p, a in zip(pointers, args)), types
+class _ArgumentSlots(threading.local):
+    """A thread's slots for one kernel's arguments and the ``void**`` array over them. The
+    driver copies the arguments during the launch call, which releases the GIL, so threads
+    must not share them; one thread reuses its own for every launch."""
+
+    def __init__(self, n: int):
+        self.data = ctypes.create_string_buffer(8 * n)
+        base = ctypes.addressof(self.data)
+        self._array = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
+        self.address = ctypes.addressof(self._array)
 
 
 class PdlKernel(Kernel):
     """A kernel entry that waits for the stream's previous kernel before it touches memory
     (``griddepcontrol.wait``), launched by ``cuLaunchKernelEx`` with programmatic stream
     serialization: consecutive launches overlap their launch latency, while every kernel still
-    sees all of its predecessor's writes. PyCUDA launches cannot carry that
-    attribute, so the compiled module (PyCUDA's cached cubin) is loaded through cuda-bindings."""
+    sees all of its predecessor's writes. PyCUDA launches cannot carry that attribute, so the
+    compiled module (PyCUDA's cached cubin) is loaded through cuda-bindings, and the arguments
+    are packed by one ``struct`` call into slots the launch reads through a ``void**``."""
 
     def _bind(self, source: str, types: str) -> None:
         from pycuda.compiler import compile as nvcc_compile
@@ -155,9 +163,17 @@ class PdlKernel(Kernel):
         self._module = checked(cu.cuModuleLoadData(image), "cuModuleLoadData")
         self._function = checked(cu.cuModuleGetFunction(self._module, self.name.encode()),
                                  f"cuModuleGetFunction({self.name})")
-        self._pack, self._launch = _values, self._launch_ex
-        self._format = (tuple(t == "P" for t in types), tuple(_CTYPES[t] for t in types))
+        self._format = struct.Struct("=" + "".join(_SLOTS[t] for t in types))
+        self._pointers = tuple(t == "P" for t in types)
+        self._slots = _ArgumentSlots(len(types))
+        self._pack, self._launch = self._packed, self._launch_ex
         self._configs: dict[tuple, Any] = {}
+
+    def _packed(self, fmt: struct.Struct, *args: Any) -> int:
+        """``args`` in this thread's slots (device pointers as ints); the ``void**`` address."""
+        slots = self._slots
+        fmt.pack_into(slots.data, 0, *(int(a) if p else a for p, a in zip(self._pointers, args)))
+        return slots.address
 
     def _opt_in(self, shared: int) -> None:
         cu = self._cu
@@ -184,11 +200,11 @@ class PdlKernel(Kernel):
         self._configs[key] = config
         return config
 
-    def _launch_ex(self, grid: tuple, block: tuple, values: tuple, shared: int,
+    def _launch_ex(self, grid: tuple, block: tuple, params: int, shared: int,
                    stream: Any) -> None:
         key = (grid, block, shared, 0 if stream is None else stream.handle)
         config = self._configs.get(key) or self._config(key)
-        err, = self._cu.cuLaunchKernelEx(config, self._function, values, 0)
+        err, = self._cu.cuLaunchKernelEx(config, self._function, params, 0)
         if err:
             raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
                               f"shared={shared} B constants={self.constants}: {err!r}")
@@ -196,7 +212,7 @@ class PdlKernel(Kernel):
     def bare(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
              shared: int, stream: Any) -> None:
         """The same launch with nothing around it: configuration built, arguments converted."""
-        self._launch_ex(grid, block, _values(self._format, *args), shared, stream)
+        self._launch_ex(grid, block, self._packed(self._format, *args), shared, stream)
 
 
 _RECORDING: list[list[tuple]] = []
