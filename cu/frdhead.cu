@@ -18,7 +18,7 @@
 // current one is multiplied. Weight gradients accumulate in registers over the whole chunk and
 // land in the block's scratch row (weights, then biases); the host adds the rows with one
 // reduce_axis0. No atomics; one writer per element.
-// Template constants: D_IN, HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile: 16, 32, 64),
+// Template constants: D_IN, FRD_HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile: 16, 32, 64),
 // CHUNK (rows per block, a multiple of BM).
 #include "heads_common.cuh"
 
@@ -167,28 +167,31 @@ __device__ __forceinline__ void for_each(float (&acc)[MT][NT][4], F f) {
             for (int e = 0; e < 4; ++e) f(16 * i + g + 8 * (e / 2), 8 * j + 2 * t + e % 2, acc[i][j][e]);
 }
 
-// Forward. Dynamic shared memory (the Python launch computes the same): w1s[ROW_EXT(HIDDEN)][LDK1],
+// The dynamic shared memory of every entry, declared once: two declarations, one in an extern "C"
+// entry and one in a template, would have different linkage (nvcc warning 1556).
+extern __shared__ float4 dynamic_smem[];
+
+// Forward. Dynamic shared memory (the Python launch computes the same): w1s[ROW_EXT(FRD_HIDDEN)][LDK1],
 // w2s[ROW_EXT(HA)][LDK2], two h_t tiles [BM][LDK1], the hidden tile [BM][LDK2].
 #define LDK1 LD_ROWS(D_IN)
-#define LDK2 LD_ROWS(HIDDEN)
+#define LDK2 LD_ROWS(FRD_HIDDEN)
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ b1, const float* __restrict__ w2,
                 const float* __restrict__ b2, float* __restrict__ hidden,
                 float* __restrict__ logits, const int B)
 {
-    constexpr int EXT1 = ROW_EXT(HIDDEN), EXT2 = ROW_EXT(HA);
+    constexpr int EXT1 = ROW_EXT(FRD_HIDDEN), EXT2 = ROW_EXT(HA);
     constexpr int NT1 = EXT1 / (8 * ROW_WN), NT2 = EXT2 / (8 * ROW_WN);
-    extern __shared__ float4 smem4[];
-    float* w1s = reinterpret_cast<float*>(smem4);
+    float* w1s = reinterpret_cast<float*>(dynamic_smem);
     float* w2s = w1s + EXT1 * LDK1;
     float* xs = w2s + EXT2 * LDK2;
     float* hs = xs + 2 * BM * LDK1;
     const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
     const int warp = threadIdx.x / 32, wm = warp % ROW_WM, wn = warp / ROW_WM;
 
-    stage<EXT1, ROUNDUP(D_IN, 8), LDK1, D_IN>(w1s, w1, HIDDEN);
-    stage<EXT2, ROUNDUP(HIDDEN, 8), LDK2, HIDDEN>(w2s, w2, HA);
+    stage<EXT1, ROUNDUP(D_IN, 8), LDK1, D_IN>(w1s, w1, FRD_HIDDEN);
+    stage<EXT2, ROUNDUP(FRD_HIDDEN, 8), LDK2, FRD_HIDDEN>(w2s, w2, HA);
     stage<BM, ROUNDUP(D_IN, 8), LDK1, D_IN>(xs, h_t + (size_t)r0 * D_IN, min(BM, r1 - r0));
     commit_copies();
     int buf = 0;
@@ -209,20 +212,20 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
             zero(acc);
             warp_gemm<1, NT1, ROUNDUP(D_IN, 8) / 8, false, LDK1, false, LDK1>(
                 acc, xs + buf * BM * LDK1 + wm * 16 * LDK1, w1s + wn * NT1 * 8 * LDK1);
-            // hidden columns past HIDDEN stay 0: layer 2 reads them up to ROUNDUP(HIDDEN, 8)
+            // hidden columns past FRD_HIDDEN stay 0: layer 2 reads them up to ROUNDUP(FRD_HIDDEN, 8)
             for_each(acc, [&](int m, int n, float v) {
                 m += wm * 16;
                 n += wn * NT1 * 8;
-                v = n < HIDDEN ? fmaxf(v + b1[n], 0.f) : 0.f;
-                if (n < ROUNDUP(HIDDEN, 8)) hs[m * LDK2 + n] = v;
-                if (m < n_rows && n < HIDDEN) hidden[(size_t)(m0 + m) * HIDDEN + n] = v;
+                v = n < FRD_HIDDEN ? fmaxf(v + b1[n], 0.f) : 0.f;
+                if (n < ROUNDUP(FRD_HIDDEN, 8)) hs[m * LDK2 + n] = v;
+                if (m < n_rows && n < FRD_HIDDEN) hidden[(size_t)(m0 + m) * FRD_HIDDEN + n] = v;
             });
         }
         __syncthreads();
         {
             float acc[1][NT2][4];
             zero(acc);
-            warp_gemm<1, NT2, ROUNDUP(HIDDEN, 8) / 8, false, LDK2, false, LDK2>(
+            warp_gemm<1, NT2, ROUNDUP(FRD_HIDDEN, 8) / 8, false, LDK2, false, LDK2>(
                 acc, hs + wm * 16 * LDK2, w2s + wn * NT2 * 8 * LDK2);
             for_each(acc, [&](int m, int n, float v) {
                 m += wm * 16;
@@ -249,8 +252,7 @@ __device__ __forceinline__ void backward_stage(const float* __restrict__ a,
     constexpr int LDA_ = LD_KMAJOR(M), LDX = LD_KMAJOR(N), KM = ROUNDUP(M, 8);
     constexpr int EXTO = ROW_EXT(N), LDW = LD_KMAJOR(EXTO), NTO = EXTO / (8 * ROW_WN);
     constexpr int MTW = W_EXT(M) / 32, NTW = W_EXT(N) / 32, BIAS = (M + THREADS - 1) / THREADS;
-    extern __shared__ float4 smem4[];
-    float* ws = reinterpret_cast<float*>(smem4);
+    float* ws = reinterpret_cast<float*>(dynamic_smem);
     float* as = ws + KM * LDW;
     float* xs = as + 2 * BM * LDA_;
     float* ms = xs + 2 * BM * LDX;
@@ -335,7 +337,7 @@ frdhead_grad_w2(const float* __restrict__ hidden, const float* __restrict__ w2,
                 const float* __restrict__ grad_logits, float* __restrict__ scratch,
                 float* __restrict__ dhidden, const int B)
 {
-    backward_stage<HA, HIDDEN, false>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
+    backward_stage<HA, FRD_HIDDEN, false>(grad_logits, hidden, w2, nullptr, scratch, dhidden, B);
 }
 
 // F.3c: dW1/db1 partials and dh_t = dpre w1; the ReLU mask is applied to each staged tile.
@@ -344,5 +346,5 @@ frdhead_grad_w1(const float* __restrict__ h_t, const float* __restrict__ w1,
                 const float* __restrict__ hidden, const float* __restrict__ dhidden,
                 float* __restrict__ scratch, float* __restrict__ grad_h_t, const int B)
 {
-    backward_stage<HIDDEN, D_IN, true>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
+    backward_stage<FRD_HIDDEN, D_IN, true>(dhidden, h_t, w1, hidden, scratch, grad_h_t, B);
 }

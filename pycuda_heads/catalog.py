@@ -14,7 +14,7 @@ from .core.spec import Dims, KernelSpec
 from .records import FWD_BWD
 
 # The model size every suite shape is measured at.
-SUITE_TEMPLATE = {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "N_ATOMS": 21, "D_IN": 128, "HIDDEN": 128}
+SUITE_TEMPLATE = {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "N_ATOMS": 21, "D_IN": 128, "FRD_HIDDEN": 128}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import pycuda_heads as ph
 from pycuda_heads.core import arrays, compile as core_compile, deferred, device
 from pycuda_heads.core.arrays import Inputs
 from pycuda_heads.core.compile import recorded_launches
+from pycuda_heads.core.runtime import RUNTIME
 
 H, D = 5, 128
 
@@ -80,8 +81,9 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(device, "max_shared_bytes", lambda: 232448)
     monkeypatch.setattr(arrays, "allocator", lambda: counter)
     monkeypatch.setattr(core_compile, "_module", lambda source: FakeModule())
-    monkeypatch.setattr(core_compile, "_KERNELS", {})
-    monkeypatch.setattr(core_compile, "_PDL", [False])  # plain launches unless a test says so
+    monkeypatch.setattr(RUNTIME, "kernels", {})
+    monkeypatch.setattr(RUNTIME, "reducer", None)
+    monkeypatch.setattr(RUNTIME, "pdl", False)  # plain launches unless a test says so
     monkeypatch.setenv("PYCUDA_HEADS_SYNC", "0")
     caches = (arrays._gpuarray, arrays._array_fields, arrays._packed)
     for cache in caches:
@@ -275,7 +277,7 @@ class FakeDriver:
 @pytest.fixture
 def fake_pdl(fake_gpu, monkeypatch):
     cu = FakeDriver()
-    monkeypatch.setattr(core_compile, "_PDL", [])
+    monkeypatch.setattr(RUNTIME, "pdl", None)
     monkeypatch.setattr(core_compile, "bindings", lambda: cu)
     monkeypatch.setattr(core_compile, "compute_capability", lambda: (9, 0))
     monkeypatch.setitem(sys.modules, "pycuda.compiler", types.SimpleNamespace(
@@ -326,7 +328,7 @@ def test_pdl_needs_compute_capability_9_and_cuda_bindings(fake_pdl, monkeypatch)
 
     def missing():
         raise device.GpuUnavailableError("no cuda-bindings")
-    monkeypatch.setattr(core_compile, "_PDL", [])
+    monkeypatch.setattr(RUNTIME, "pdl", None)
     monkeypatch.setattr(core_compile, "bindings", missing)
     ph.ResidualGate(H, D).forward(*resgate_inputs(3))
     assert not fake_pdl.launches

@@ -31,7 +31,7 @@ def test_constructing_an_op_without_gpu_says_why():
 
 
 def test_space_restrictions_and_completion():
-    space = KernelSpace("k", {"BLOCK": (32, 64), "VEC": (1, 4)}, {"BLOCK": 64, "VEC": 4},
+    space = KernelSpace("toy.k", {"BLOCK": (32, 64), "VEC": (1, 4)}, {"BLOCK": 64, "VEC": 4},
                         restrictions=("HIDDEN_DIM % VEC == 0",),
                         launch_restrictions=("SHARED_BYTES <= MAX_SHARED_BYTES",),
                         shared_bytes=lambda p, env: 4 * env["K"] * p["BLOCK"])
@@ -49,7 +49,7 @@ def test_space_restrictions_and_completion():
 def test_points_prune_early_and_agree_with_checking_every_combination():
     import itertools
     params = {"A": (1, 2, 3), "B": (0, 1), "C": (4, 8, 16), "D": (0, 1)}
-    space = KernelSpace("k", params, {"A": 1, "B": 0, "C": 4, "D": 0},
+    space = KernelSpace("toy.k", params, {"A": 1, "B": 0, "C": 4, "D": 0},
                         restrictions=("A != 3 or B == 0", "C * A <= 24 + N", "D == 0 or C == 16"))
     every = [dict(zip(params, v)) for v in itertools.product(*params.values())]
     for n in (0, 24):

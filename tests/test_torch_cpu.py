@@ -92,7 +92,7 @@ def test_a_tensor_on_another_device_than_pycudas_is_refused_by_name(monkeypatch)
 def fake_streams(monkeypatch):
     """torch's current stream as a fake non-default stream, the side stream as a fake pair;
     returns a dict whose "capturing" says whether torch is capturing a graph."""
-    from pycuda_heads.core import compile as core_compile
+    from pycuda_heads.core.runtime import scope
 
     class Stream:
         cuda_stream = 7
@@ -116,7 +116,7 @@ def fake_streams(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", device)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
-    state["in_capture"] = lambda: bool(core_compile._CAPTURING)
+    state["in_capture"] = lambda: scope().capturing
     return state
 
 

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from optuna.storages.journal._file import BaseJournalFileLock
-
 #: how long a process waits for a lock before it gives up with "locked by pid N"
 WAIT_S = 120.0
 
@@ -77,9 +75,14 @@ class FileLock:
         self.release()
 
 
-class JournalLock(BaseJournalFileLock):
+class JournalLock:
     """Optuna's journal lock on ``fcntl``: a writer killed while holding it releases it, where
-    Optuna's own file locks make the next run wait out a 30 s grace period."""
+    Optuna's own file locks make the next run wait out a 30 s grace period.
+
+    Passed as ``JournalFileBackend(path, lock_obj=...)``, which only calls ``acquire()`` and
+    ``release()`` on it and checks no type, so it needs no base class (Optuna 5.0 defines its
+    ``BaseJournalFileLock`` only in a private module); tests/test_tuning_locks.py holds Optuna
+    to that."""
 
     def __init__(self, journal: Path | str, wait_s: float = WAIT_S):
         self._lock = FileLock(f"{journal}.fcntl-lock", wait_s)

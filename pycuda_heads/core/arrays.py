@@ -10,6 +10,7 @@ from typing import Any, Iterator, Mapping, MutableMapping, Sequence
 import numpy as np
 
 from .device import allocator, cuda
+from .runtime import scope, scoped
 
 # Kernels index elements with 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1
@@ -37,9 +38,33 @@ def _array_fields(shape: tuple[int, ...], dtype: np.dtype) -> tuple[type, dict[s
     from one built by PyCUDA's own constructor: a small call then wraps memory without
     re-deriving them."""
     cls = _gpuarray().GPUArray
+    check_copyable(cls)
     fields = dict(vars(cls(shape, dtype, gpudata=0)))
     fields["gpudata"] = fields["base"] = None
     return cls, fields
+
+
+@lru_cache(maxsize=None)
+def check_copyable(cls: type) -> None:
+    """``_new_array`` builds a GPUArray by copying a constructed one's attributes, several times
+    cheaper than the constructor on every output. That holds while the constructor only sets
+    attributes, of which only ``gpudata`` and ``base`` depend on the memory (PyCUDA 2024.1 to
+    2026.1; setup.cfg pins that range). Checked once against the constructor itself."""
+    a = vars(cls((3, 2), _F32, gpudata=256))
+    b = vars(cls((3, 2), _F32, gpudata=512, base=a))
+    differ = {k for k in a.keys() | b.keys() if k not in a or k not in b or not _same(a[k], b[k])}
+    if hasattr(cls, "__slots__") or not differ <= {"gpudata", "base"}:
+        raise RuntimeError(f"this PyCUDA's GPUArray keeps memory-dependent state in "
+                           f"{sorted(differ - {'gpudata', 'base'}) or '__slots__'}, which "
+                           "pycuda-heads cannot copy; install a supported PyCUDA: "
+                           "pip install 'pycuda>=2024.1,<2026.2'")
+
+
+def _same(x: Any, y: Any) -> bool:
+    try:
+        return x is y or bool(x == y)
+    except (TypeError, ValueError):  # an array compared elementwise
+        return False
 
 
 def _new_array(cls: type, fields: dict[str, Any], gpudata: Any, base: Any) -> Any:
@@ -226,18 +251,12 @@ def _check_meta(name: str, got_dtype: Any, shape: Sequence[int], contiguous: boo
     check_shape(name, shape, axes, dims)
 
 
-_POISON = [False]
-
-
 @contextmanager
 def poisoned_outputs() -> Iterator[None]:
-    """Inside this block every output and scratch buffer starts as NaN, so a test can prove each
-    element was written (a kernel that skips one leaves a NaN behind)."""
-    _POISON[0] = True
-    try:
+    """Inside this block every output and scratch buffer this thread makes starts as NaN, so a
+    test can prove each element was written (a kernel that skips one leaves a NaN behind)."""
+    with scoped(poison=True):
         yield
-    finally:
-        _POISON[0] = False
 
 
 def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
@@ -246,8 +265,9 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
         shape = tuple(int(n) for n in shape)
     cls, fields = _array_fields(shape, _F32 if dtype is np.float32 else np.dtype(dtype))
     nbytes = fields["nbytes"]
-    if _SOURCES or _POISON[0] or not nbytes:
-        return _sourced(cls, fields, nbytes)
+    now = scope()
+    if now.source is not None or now.poison or not nbytes:
+        return _sourced(cls, fields, nbytes, now)
     return _new_array(cls, fields, allocator()(nbytes), None)
 
 
@@ -256,7 +276,8 @@ def empty_parts(*shapes: tuple[int, ...], align: int = 256) -> list[Any]:
     a multiple of ``align`` bytes (4: back to back, so that a kernel may write across them as
     one row): what a launch that needs several buffers pays one pool call for."""
     layout, nbytes = _packed(shapes, align)
-    if _SOURCES or _POISON[0]:  # the memory source or the NaN fill sees one buffer
+    now = scope()
+    if now.source is not None or now.poison:  # the memory source or the NaN fill sees one buffer
         block = empty((nbytes // 4,))
         at = int(block.gpudata)
     else:
@@ -265,16 +286,16 @@ def empty_parts(*shapes: tuple[int, ...], align: int = 256) -> list[Any]:
     return [_new_array(cls, fields, at + offset, block) for (cls, fields), offset in layout]
 
 
-def _sourced(cls: type, fields: dict[str, Any], nbytes: int) -> Any:
+def _sourced(cls: type, fields: dict[str, Any], nbytes: int, now: Any) -> Any:
     """``empty`` off the common path: memory from ``memory_from``'s source, none for no
     elements, NaN-filled inside ``poisoned_outputs``."""
     if not nbytes:
         arr = _new_array(cls, fields, None, None)
-    elif _SOURCES:
-        arr = _new_array(cls, fields, *_SOURCES[-1].allocate(nbytes))
+    elif now.source is not None:
+        arr = _new_array(cls, fields, *now.source.allocate(nbytes))
     else:
         arr = _new_array(cls, fields, allocator()(nbytes), None)
-    if _POISON[0]:
+    if now.poison:
         arr.fill(np.float32(np.nan))
     return arr
 
@@ -323,19 +344,13 @@ class Arena:
         return int(self.buffer) + self.offsets[i], self
 
 
-#: where ``empty`` takes memory from while not the pool: objects with
-#: ``allocate(nbytes) -> (device pointer or allocation, owner to keep alive)``
-_SOURCES: list[Any] = []
-
-
 @contextmanager
 def memory_from(source: Any) -> Iterator[Any]:
-    """Inside this block every output and scratch buffer comes from ``source`` (an ``Arena``,
-    or another framework's allocator so that its stream and graph rules hold)."""
+    """Inside this block every output and scratch buffer this thread makes comes from
+    ``source``: an object with ``allocate(nbytes) -> (device pointer or allocation, owner to
+    keep alive)`` (an ``Arena``, or another framework's allocator so that its stream and graph
+    rules hold)."""
     if isinstance(source, Arena):
         source.rewind()
-    _SOURCES.append(source)
-    try:
+    with scoped(source=source):
         yield source
-    finally:
-        _SOURCES.pop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import operator
 import os
 import struct
 import threading
@@ -15,13 +16,13 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .device import GpuUnavailableError, bindings, checked, compute_capability, cuda
-from .source import arg_types, render, variant_hash
+from .runtime import RUNTIME, scope, scoped
+from .source import render, signature, variant_hash
 
 log = logging.getLogger("pycuda_heads")
 
 NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
 STATIC_SHARED_LIMIT = 48 * 1024
-_MODULES: dict[str, Any] = {}
 
 
 class LaunchError(RuntimeError):
@@ -29,15 +30,12 @@ class LaunchError(RuntimeError):
 
 
 def _module(source: str) -> Any:
-    key = variant_hash(source, NVCC_OPTIONS)
-    module = _MODULES.get(key)
-    if module is None:
+    def compile_it() -> Any:
         cuda()
         from pycuda.compiler import SourceModule
         log.debug("compiling %s", source.splitlines()[0])
-        module = _MODULES[key] = SourceModule(source, no_extern_c=True,
-                                              options=list(NVCC_OPTIONS))
-    return module
+        return SourceModule(source, no_extern_c=True, options=list(NVCC_OPTIONS))
+    return RUNTIME.cached(RUNTIME.modules, variant_hash(source, NVCC_OPTIONS), compile_it)
 
 
 def load_module(family: str, constants: Mapping[str, Any],
@@ -45,74 +43,105 @@ def load_module(family: str, constants: Mapping[str, Any],
     return _module(render(family, constants, source_dir))
 
 
-_KERNELS: dict[tuple, "Kernel"] = {}
-
-
 def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
                source_dir: Path | None = None, pdl: bool = False) -> "Kernel":
     """The prepared kernel of one variant, shared by every op object that launches it; with
     ``pdl`` (the entry waits for the stream's previous kernel before it touches memory) a
     ``PdlKernel`` where the device and cuda-bindings allow it."""
-    pdl = pdl and _pdl_supported()
+    pdl = pdl and pdl_supported()
     key = (family, str(source_dir), entry, tuple(sorted(constants.items())), pdl)
-    k = _KERNELS.get(key)
-    if k is None:
-        k = _KERNELS[key] = (PdlKernel if pdl else Kernel)(family, entry, constants, source_dir)
-    return k
+    return RUNTIME.cached(RUNTIME.kernels, key, lambda: (PdlKernel if pdl else Kernel)(
+        family, entry, constants, source_dir))
 
 
-def _pdl_supported() -> bool:
+def pdl_supported() -> bool:
     """Programmatic dependent launch: compute capability 9.0 or newer and cuda-bindings."""
-    if not _PDL:
+    if RUNTIME.pdl is None:
         try:
             bindings()
-            _PDL.append(compute_capability() >= (9, 0))
+            RUNTIME.pdl = compute_capability() >= (9, 0)
         except GpuUnavailableError:
-            _PDL.append(False)
-    return _PDL[0]
+            RUNTIME.pdl = False
+    return RUNTIME.pdl
 
 
-_PDL: list[bool] = []
+def _private_pack() -> Any:
+    """PyCUDA's own argument packer of ``prepared_call`` (``pycuda._pvt_struct.pack``), or None
+    where this PyCUDA lacks it. With ``Function._launch_kernel`` it launches for a fraction of
+    the host time of the public ``prepared_call`` (keyword parsing) and of cuda-bindings'
+    ``cuLaunchKernel`` (``reports/nvidia-h200/probes/pool_pdl_host.json``); setup.cfg pins
+    PyCUDA to versions that have both, and without them launches take the public path."""
+    try:
+        from pycuda._pvt_struct import pack
+    except ImportError:
+        return None
+    return pack if callable(pack) else None
 
 
 class Kernel:
-    """One prepared kernel entry of one variant (argument types read from its C signature);
-    launches are checked."""
+    """One prepared kernel entry of one variant. Its parameters, in order and with their
+    types, are read from its C signature; a launch names each argument, so the order is
+    written in the ``.cu`` file alone. Launches are checked."""
 
     def __init__(self, family: str, entry: str, constants: Mapping[str, Any],
                  source_dir: Path | None = None):
         self.name = entry
         self.constants = dict(constants)
         source = render(family, constants, source_dir)
-        self._bind(source, arg_types(source, entry))
+        params = signature(source, entry)
+        #: the C parameter names, in launch order
+        self.params = tuple(name for name, _ in params)
+        clash = {"shared", "stream"} & set(self.params)
+        if clash:
+            raise ValueError(f"{entry}: parameters may not be called {sorted(clash)}: those "
+                             "names are the launch's own keywords")
+        self._order = operator.itemgetter(*self.params) if len(self.params) > 1 else (
+            lambda args, names=self.params: tuple(args[n] for n in names))
+        self._bind(source, "".join(t for _, t in params))
         self._shared_optin = STATIC_SHARED_LIMIT
         self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
 
     def _bind(self, source: str, types: str) -> None:
         """``_launch(grid, block, _pack(_format, *args), shared, stream)`` enqueues a launch."""
-        from pycuda._pvt_struct import pack
         self.function = _module(source).get_function(self.name)
         self.function.prepare(types)
-        self._pack, self._format = pack, self.function.arg_format
-        self._launch = self.function._launch_kernel
+        pack = _private_pack()
+        launch = getattr(self.function, "_launch_kernel", None)
+        if pack is not None and callable(launch):
+            self._pack, self._format, self._launch = pack, self.function.arg_format, launch
+        else:
+            self._pack, self._format, self._launch = _as_tuple, None, self._public_launch
+
+    def _public_launch(self, grid: tuple, block: tuple, args: tuple, shared: int,
+                       stream: Any) -> None:
+        self.bare(grid, block, args, shared, stream)
 
     def _opt_in(self, shared: int) -> None:
         self.function.set_attribute(cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     int(shared))
 
-    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], *args: Any,
-                 shared: int = 0, stream: Any = None) -> None:
-        """Launch on ``stream`` (a pycuda Stream; None: the legacy default stream). The
-        arguments are packed by the prepared format and handed to the driver directly: this
-        is the whole host cost of a launch beyond the driver's own."""
+    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], /, *,
+                 shared: int = 0, stream: Any = None, **args: Any) -> None:
+        """Launch on ``stream`` (a pycuda Stream; None: the legacy default stream) with every C
+        parameter given by name. The arguments are packed by the prepared format and handed to
+        the driver directly: this is the whole host cost of a launch beyond the driver's own."""
+        try:
+            values = self._order(args)
+        except KeyError as exc:
+            raise LaunchError(f"launch of {self.name}: no value for its parameter {exc}; it "
+                              f"takes {self.params}") from None
+        if len(args) != len(self.params):
+            raise LaunchError(f"launch of {self.name}: unknown arguments "
+                              f"{sorted(set(args) - set(self.params))}; it takes {self.params}")
         try:
             if shared > self._shared_optin:
                 self._opt_in(shared)
                 self._shared_optin = shared
-            self._launch(grid, block, self._pack(self._format, *args), shared, stream)
-            if _RECORDING:
-                _RECORDING[-1].append((self, grid, block, args, shared, stream))
-            if self._sync and not _CAPTURING:
+            self._launch(grid, block, self._pack(self._format, *values), shared, stream)
+            now = scope()
+            if now.recording is not None:
+                now.recording.append((self, grid, block, values, shared, stream))
+            if self._sync and not now.capturing:
                 cuda().Context.synchronize()
         except LaunchError:
             raise
@@ -121,7 +150,8 @@ class Kernel:
                               f"shared={shared} B constants={self.constants}: {exc}") from exc
         except Exception as exc:  # a wrong argument type: name the kernel, not pack()
             raise LaunchError(f"launch of {self.name} could not be made: grid={grid} "
-                              f"block={block} shared={shared} B args={args}: {exc}") from exc
+                              f"block={block} shared={shared} B args="
+                              f"{dict(zip(self.params, values))}: {exc}") from exc
 
     def bare(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
              shared: int, stream: Any) -> None:
@@ -130,6 +160,10 @@ class Kernel:
             self.function.prepared_call(grid, block, *args, shared_size=shared)
         else:
             self.function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
+
+
+def _as_tuple(fmt: Any, *args: Any) -> tuple:
+    return args
 
 
 # One 8-byte slot a kernel argument, by prepared-call type letter (struct format, padded).
@@ -215,26 +249,17 @@ class PdlKernel(Kernel):
         self._launch_ex(grid, block, self._packed(self._format, *args), shared, stream)
 
 
-_RECORDING: list[list[tuple]] = []
-_CAPTURING: list[bool] = []
-
-
 @contextmanager
 def capturing() -> Iterator[None]:
-    """Launches inside are being captured into a CUDA graph: no synchronisation may happen."""
-    _CAPTURING.append(True)
-    try:
+    """Launches of this thread inside are being captured into a CUDA graph: no
+    synchronisation may happen."""
+    with scoped(capturing=True):
         yield
-    finally:
-        _CAPTURING.pop()
 
 
 @contextmanager
 def recorded_launches() -> Iterator[list[tuple]]:
-    """Collect every launch made inside the block as (kernel, grid, block, args, shared,
-    stream), so the same launches can be replayed bare."""
-    _RECORDING.append([])
-    try:
-        yield _RECORDING[-1]
-    finally:
-        _RECORDING.pop()
+    """Collect every launch this thread makes inside the block as (kernel, grid, block, args,
+    shared, stream), so the same launches can be replayed bare."""
+    with scoped(recording=[]) as now:
+        yield now.recording

@@ -7,24 +7,20 @@ was wrong; meanwhile the op's outputs at the bad positions hold NaN, never plaus
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Callable
 
 import numpy as np
 
 from .device import cuda
-
-#: (event, host slots, how many slots were written, describe(slots) -> error text or None)
-_PENDING: deque[tuple[Any, np.ndarray, int, Callable[[np.ndarray], str | None]]] = deque()
-_FREE: list[tuple[Any, np.ndarray]] = []
+from .runtime import RUNTIME
 
 
 def slots(n: int) -> tuple[Any, np.ndarray, Any]:
     """(event, host int32 buffer of at least ``n`` entries, its device pointer) for one check."""
     drv = cuda()
-    for i, (event, host) in enumerate(_FREE):
+    for i, (event, host) in enumerate(RUNTIME.free):
         if host.size >= n:
-            del _FREE[i]
+            del RUNTIME.free[i]
             break
     else:
         event = drv.Event(drv.event_flags.DISABLE_TIMING)
@@ -37,26 +33,26 @@ def submit(event: Any, host: np.ndarray, n: int, stream: Any,
            describe: Callable[[np.ndarray], str | None]) -> None:
     """The check kernel is enqueued on ``stream``: mark its end and keep it for reading."""
     event.record(stream)
-    _PENDING.append((event, host, n, describe))
+    RUNTIME.pending.append((event, host, n, describe))
 
 
 def pending() -> bool:
     """Whether any check has not been read yet (cheap: every checked call asks)."""
-    return bool(_PENDING)
+    return bool(RUNTIME.pending)
 
 
 def poll(wait: bool = False) -> None:
     """Read every finished check in launch order (with ``wait``, every check); raise ValueError
     for the first that failed."""
-    while _PENDING:
-        event, host, n, describe = _PENDING[0]
+    while RUNTIME.pending:
+        event, host, n, describe = RUNTIME.pending[0]
         if wait:
             event.synchronize()
         elif not event.query():
             return
-        _PENDING.popleft()
+        RUNTIME.pending.popleft()
         error = describe(host[:n])
-        _FREE.append((event, host))
+        RUNTIME.free.append((event, host))
         if error:
             raise ValueError(error)
 

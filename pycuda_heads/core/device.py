@@ -10,15 +10,23 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 from ..records import slug
+from .runtime import RUNTIME
 
 
 class GpuUnavailableError(RuntimeError):
     """PyCUDA or a CUDA device is missing."""
 
 
-@lru_cache(maxsize=None)
 def cuda() -> Any:
     """The ``pycuda.driver`` module with the primary context current."""
+    drv = RUNTIME.driver
+    if drv is None:
+        with RUNTIME.lock:
+            drv = RUNTIME.driver = RUNTIME.driver or _attach()
+    return drv
+
+
+def _attach() -> Any:
     try:
         import pycuda.autoprimaryctx  # noqa: F401
         import pycuda.driver as drv
@@ -78,22 +86,18 @@ def gpu_available() -> bool:
     return True
 
 
-@lru_cache(maxsize=None)
-def memory_pool() -> Any:
-    """Pooled device allocations: cuMemAlloc per output would dominate small calls."""
-    cuda()
-    from pycuda.tools import DeviceMemoryPool
-    return DeviceMemoryPool()
-
-
-_ALLOCATE: list[Any] = []
-
-
 def allocator() -> Any:
-    """The pool's allocate method (looked up once: it is on every call's path)."""
-    if not _ALLOCATE:
-        _ALLOCATE.append(memory_pool().allocate)
-    return _ALLOCATE[0]
+    """The allocate method of the process's device memory pool (cuMemAlloc per output would
+    dominate small calls), looked up once: it is on every call's path."""
+    allocate = RUNTIME.allocate
+    if allocate is None:
+        cuda()
+        with RUNTIME.lock:
+            if RUNTIME.allocate is None:
+                from pycuda.tools import DeviceMemoryPool
+                RUNTIME.allocate = DeviceMemoryPool().allocate
+            allocate = RUNTIME.allocate
+    return allocate
 
 
 def gpu_name() -> str:

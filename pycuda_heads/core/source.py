@@ -51,33 +51,32 @@ def render(family: str, constants: Mapping[str, Any], source_dir: Path | None = 
     return f"// pycuda-heads variant of {family}\n{prelude}{family_source(family, source_dir)}"
 
 
-def arg_types(source: str, entry: str) -> str:
-    """PyCUDA prepared-call types of ``entry``, read from its ``extern "C"`` signature."""
+def signature(source: str, entry: str) -> tuple[tuple[str, str], ...]:
+    """(name, prepared-call type letter) of each parameter of ``entry``, read from its
+    ``extern "C"`` signature: the one place a kernel's argument order is written."""
     # launch bounds, written out or through an upper-case macro
     m = re.search(r'extern\s+"C"\s+__global__\s+void\s+'
                   r'(?:__launch_bounds__\s*\([^)]*\)\s*|[A-Z][A-Z0-9_]*\s+)?'
                   + re.escape(entry) + r"\s*\(([^)]*)\)", source)
     if m is None:
         raise ValueError(f'no extern "C" __global__ entry {entry!r} in the source')
-    letters = []
+    out = []
     for param in filter(None, (p.strip() for p in m.group(1).split(","))):
-        ctype = re.sub(r"\b(?:const|__restrict__|volatile)\b", " ", param)
-        ctype = re.sub(r"\s+", " ", re.sub(r"\w+\s*$", "", ctype)).replace(" *", "*").strip()
+        name = re.search(r"(\w+)\s*$", param).group(1)
+        ctype = re.sub(r"\b(?:const|__restrict__|volatile)\b", " ", param[:-len(name)])
+        ctype = re.sub(r"\s+", " ", ctype).replace(" *", "*").strip()
         if ctype not in _ARG_TYPES:
             raise ValueError(f"{entry}: parameter {param!r} has a type this library cannot "
                              f"pass ({ctype!r})")
-        letters.append(_ARG_TYPES[ctype])
-    return "".join(letters)
+        out.append((name, _ARG_TYPES[ctype]))
+    return tuple(out)
+
+
+def arg_types(source: str, entry: str) -> str:
+    """PyCUDA prepared-call types of ``entry``, read from its ``extern "C"`` signature."""
+    return "".join(t for _, t in signature(source, entry))
 
 
 def variant_hash(source: str, options: tuple[str, ...] = ()) -> str:
     """Stable identity of a compiled variant: its rendered source and compiler options."""
     return hashlib.sha256("\0".join((source, *options)).encode()).hexdigest()[:16]
-
-
-def sources_hash() -> str:
-    """Hash of every kernel source file; the validation record is tied to it."""
-    h = hashlib.sha256()
-    for path in sorted(cu_dir().glob("*.cu*")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]

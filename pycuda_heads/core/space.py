@@ -43,9 +43,21 @@ class KernelSpace:
         default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        family, sep, role = self.kernel.partition(".")
+        if not sep or not family or not role or "." in role:
+            raise ValueError(f"kernel id {self.kernel!r} must be '<family>.<role>'")
         unknown = set(self.default) ^ set(self.params)
         if unknown:
             raise ValueError(f"{self.kernel}: default and params disagree on {sorted(unknown)}")
+
+    @property
+    def family(self) -> str:
+        return self.kernel.partition(".")[0]
+
+    @property
+    def role(self) -> str:
+        """The op's name for this kernel: its ``launch=`` key and entry ``<family>_<role>``."""
+        return self.kernel.partition(".")[2]
 
     def violated(self, point: Mapping[str, Any], env: Mapping[str, Any],
                  shape: Mapping[str, Any] | None = None) -> str | None:
@@ -149,6 +161,11 @@ class KernelSpace:
         shared = [sum(a == b for a, b in zip(row, want)) for row in rows]
         for i in sorted(range(len(rows)), key=lambda i: (-shared[i], i)):
             yield dict(zip(keys, rows[i]))
+
+
+def by_role(*spaces: KernelSpace) -> dict[str, KernelSpace]:
+    """An op's ``SPACES``: each space under its role, so a kernel id is written once."""
+    return {s.role: s for s in spaces}
 
 
 def residual_pairs_space(kernel: str) -> KernelSpace:

@@ -20,7 +20,7 @@ from .space import KernelSpace
 Dims = Mapping[str, int]
 # Axis letters bound by template constants; every other axis (B, K, N, M) comes from the shape.
 TEMPLATE_AXES = {"H": "N_HORIZONS", "D": "HIDDEN_DIM", "A": "N_ATOMS", "I": "D_IN",
-                 "F": "HIDDEN"}
+                 "F": "FRD_HIDDEN"}
 Draw = Callable[[np.random.Generator, tuple, Dims], np.ndarray]
 
 
@@ -38,6 +38,19 @@ def softmax_rows(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarr
 def uniform2(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
     """Uniform in [-2, 2]: gate parameters from closed to well open, both signs."""
     return rng.uniform(-2, 2, shape).astype(np.float32)
+
+
+def draw_labels(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
+    """Labels uniform over the atoms, about one in ten the -1 sentinel; the first three rows
+    are -1, 0 and N_ATOMS-1."""
+    a = dims["A"]
+    labels = rng.integers(0, a, size=shape).astype(np.int32)
+    labels[rng.random(shape) < 0.1] = -1
+    flat = labels.reshape(-1)
+    specials = [-1, 0, a - 1][: len(flat)]
+    flat[: len(specials)] = specials
+    return labels
+
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,7 @@ class Tensor:
 class KernelSpec:
     """One kernel of one op.
 
-    ``method`` of ``op`` takes the ``reads`` tensors in order and returns the ``writes`` in
+    Its id ``<family>.<role>`` is its space's. ``method`` of ``op`` takes the ``reads`` tensors in order and returns the ``writes`` in
     order; ``reference`` (float64 NumPy, ``dtype=`` keyword) and ``peer`` (the same math in
     PyTorch, called as ``peer(torch, *reads)``) take and return the same. ``passthrough`` maps
     an output that is one of the inputs returned unchanged (it moves no bytes). ``oracles``
@@ -70,7 +83,6 @@ class KernelSpec:
     the variant's launch parameters.
     """
 
-    id: str
     op: type
     method: str
     space: KernelSpace
@@ -91,22 +103,22 @@ class KernelSpec:
     source_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        family, sep, role = self.id.partition(".")
-        if not sep or not family or not role or "." in role:
-            raise ValueError(f"kernel id {self.id!r} must be '<family>.<role>'")
         missing = [n for n in (*self.reads, *self.writes) if n not in self.tensors]
         if missing:
             raise ValueError(f"{self.id}: tensors {missing} are read or written but not declared")
-        if self.space.kernel != self.id:
-            raise ValueError(f"{self.id}: its space is declared for {self.space.kernel!r}")
+
+    @property
+    def id(self) -> str:
+        """``<family>.<role>``, as its space declares it (the one place it is written)."""
+        return self.space.kernel
 
     @property
     def family(self) -> str:
-        return self.id.partition(".")[0]
+        return self.space.family
 
     @property
     def role(self) -> str:
-        return self.id.partition(".")[2]
+        return self.space.role
 
     @property
     def entry(self) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import Inputs, empty
 from ..core.op import Op
-from ..core.space import KernelSpace
+from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor
 
 SPACE = KernelSpace(
@@ -31,7 +31,7 @@ class Adam(Op):
     """param, m, v = adam.step(param, grad, m, v, t): step ``t`` (from 1) of Adam."""
 
     FAMILY = "adam"
-    SPACES = {"step": SPACE}
+    SPACES = by_role(SPACE)
 
     def __init__(self, lr: float = ref.ADAM_LR, beta1: float = ref.ADAM_BETA1,
                  beta2: float = ref.ADAM_BETA2, eps: float = ref.ADAM_EPS,
@@ -60,9 +60,11 @@ class Adam(Op):
             (-(-n // (p["BLOCK"] * p["ITEMS"])), 1, 1), (p["BLOCK"], 1, 1), 0))
         b1, b2, t = self.beta1, self.beta2, int(t)
         # Python floats: the launch packs them as float32, as the kernel's signature says
-        plan.kernel(plan.grid, plan.block, param_d.gpudata, grad_d.gpudata, m_d.gpudata,
-                    v_d.gpudata, out[0].gpudata, out[1].gpudata, out[2].gpudata, n, self.lr,
-                    b1, b2, 1 - b1, 1 - b2, self.eps, 1 - b1 ** t, 1 - b2 ** t, stream=stream)
+        plan.kernel(plan.grid, plan.block, param=param_d.gpudata, grad=grad_d.gpudata,
+                    m=m_d.gpudata, v=v_d.gpudata, param_out=out[0].gpudata,
+                    m_out=out[1].gpudata, v_out=out[2].gpudata, n=n, lr=self.lr, beta1=b1,
+                    beta2=b2, one_minus_beta1=1 - b1, one_minus_beta2=1 - b2, eps=self.eps,
+                    bc1=1 - b1 ** t, bc2=1 - b2 ** t, stream=stream)
         return out
 
 
@@ -109,7 +111,7 @@ def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, 
 
 
 SPECS = (
-    KernelSpec(id="adam.step", op=Adam, method="step", space=SPACE, template_keys=(),
+    KernelSpec(op=Adam, method="step", space=SPACE, template_keys=(),
                tensors={"param": Tensor(("N",)), "grad": Tensor(("N",)), "m": Tensor(("N",)),
                         "v": Tensor(("N",), draw=draw_second_moment),
                         "param_out": Tensor(("N",)), "m_out": Tensor(("N",)),

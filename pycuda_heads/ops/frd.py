@@ -10,8 +10,8 @@ from .. import reference as ref
 from ..core import deferred
 from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import Op
-from ..core.space import KernelSpace
-from ..core.spec import KernelSpec, Tensor
+from ..core.space import KernelSpace, by_role
+from ..core.spec import KernelSpec, Tensor, draw_labels
 
 
 def shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -46,7 +46,7 @@ class FrdSoftmaxCE(Op):
     """grad_logits, ce = frd.softmax_ce_grad(logits, labels)."""
 
     FAMILY = "frd"
-    SPACES = {"softmax_ce_grad": SPACE}
+    SPACES = by_role(SPACE)
 
     def __init__(self, n_horizons: int, n_atoms: int = 21,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
@@ -78,9 +78,9 @@ class FrdSoftmaxCE(Op):
         if plan.params["LAYOUT"] == 1 and plan.params["STAGE"]:
             check_aligned(4, logits=logits)  # the staged copy uses float4 loads
         grad, ce = empty((b, self.n_horizons, self.n_atoms)), empty((b, self.n_horizons))
-        plan.kernel(plan.grid, plan.block, logits.gpudata, labels.gpudata, grad.gpudata,
-                    ce.gpudata, rows, 1.0 / b, shared=plan.shared,
-                    stream=stream)
+        plan.kernel(plan.grid, plan.block, logits=logits.gpudata, labels=labels.gpudata,
+                    grad=grad.gpudata, ce=ce.gpudata, rows=rows, inv_b=1.0 / b,
+                    shared=plan.shared, stream=stream)
         return grad, ce
 
     def _geometry(self, p: Mapping[str, Any], b: int) -> tuple[tuple, tuple, int]:
@@ -116,8 +116,8 @@ class FrdSoftmaxCE(Op):
         per_block = -(-rows // blocks)
         event, host, ptr = deferred.slots(2 * blocks)
         self.kernel("check_labels", params)(
-            (blocks, 1, 1), (_CHECK_BLOCK, 1, 1), labels.gpudata, ptr, rows,
-            per_block, stream=stream)
+            (blocks, 1, 1), (_CHECK_BLOCK, 1, 1), labels=labels.gpudata, first_bad=ptr, n=rows,
+            per_block=per_block, stream=stream)
         h = self.n_horizons
 
         def describe(found: np.ndarray) -> str | None:
@@ -147,18 +147,6 @@ def draw_logits(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int])
         flat[rows // 2] = 0.5
         flat[3 * rows // 4, rng.integers(a)] = 1e4
     return logits
-
-
-def draw_labels(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
-    """Labels uniform over the atoms, about one in ten the -1 sentinel; the first three rows
-    are -1, 0 and N_ATOMS-1."""
-    a = dims["A"]
-    labels = rng.integers(0, a, size=shape).astype(np.int32)
-    labels[rng.random(shape) < 0.1] = -1
-    flat = labels.reshape(-1)
-    specials = [-1, 0, a - 1][: len(flat)]
-    flat[: len(specials)] = specials
-    return labels
 
 
 def torch_softmax_ce_grad(torch: Any, logits: Any, labels: Any) -> tuple[Any, Any]:
@@ -226,7 +214,7 @@ def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, 
 
 SPECS = (
     # One fused pass computes the loss and its gradient: the benchmark reports it as fwd+bwd.
-    KernelSpec(id="frd.softmax_ce_grad", op=FrdSoftmaxCE, method="softmax_ce_grad", space=SPACE,
+    KernelSpec(op=FrdSoftmaxCE, method="softmax_ce_grad", space=SPACE,
                template_keys=("N_HORIZONS", "N_ATOMS"),
                tensors={"logits": Tensor(("B", "H", "A"), draw=draw_logits),
                         "labels": Tensor(("B", "H"), dtype="int32", draw=draw_labels),

@@ -12,9 +12,8 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import Inputs, empty, wrap
 from ..core.op import Op
-from ..core.space import KernelSpace
-from ..core.spec import KernelSpec, Tensor
-from .frd import FrdSoftmaxCE, draw_labels
+from ..core.space import KernelSpace, by_role
+from ..core.spec import KernelSpec, Tensor, draw_labels
 from .reduce import reducer
 
 THREADS = 256
@@ -42,7 +41,7 @@ def _ld_rows(n: int) -> int:
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     """w1 and w2 (rows padded to the warps' columns), two h_t tiles and the hidden tile."""
-    d, f, ha, bm = env["D_IN"], env["HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BM"]
+    d, f, ha, bm = env["D_IN"], env["FRD_HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BM"]
     return 4 * ((_row_ext(f, bm) + 2 * bm) * _ld_rows(d) + (_row_ext(ha, bm) + bm) * _ld_rows(f))
 
 
@@ -55,11 +54,11 @@ def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int, masked: bool) -> i
 
 
 def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["HIDDEN"], False)
+    return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["FRD_HIDDEN"], False)
 
 
 def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return _stage_shared_bytes(p, env["HIDDEN"], env["D_IN"], True)
+    return _stage_shared_bytes(p, env["FRD_HIDDEN"], env["D_IN"], True)
 
 
 # BM rows per tile (one m16 tile per warp row), CHUNK rows per block. Accumulators stay at or
@@ -73,18 +72,18 @@ _CHUNK_RULE = "CHUNK % BM == 0"
 FORWARD_SPACE = KernelSpace(
     kernel="frdhead.forward", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
     restrictions=(_CHUNK_RULE,
-                  "(HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
+                  "(FRD_HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
                   "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16"),
     launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 
 GRAD_W2_SPACE = KernelSpace(
     kernel="frdhead.grad_w2", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
-    restrictions=(_CHUNK_RULE, "((N_HORIZONS * N_ATOMS + 31) // 32) * ((HIDDEN + 31) // 32) <= 16"),
+    restrictions=(_CHUNK_RULE, "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"),
     launch_restrictions=_LAUNCH, shared_bytes=grad_w2_shared_bytes)
 
 GRAD_W1_SPACE = KernelSpace(
     kernel="frdhead.grad_w1", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
-    restrictions=(_CHUNK_RULE, "((HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
+    restrictions=(_CHUNK_RULE, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
     launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
 
 
@@ -104,11 +103,11 @@ class FrdHead(Op):
     """
 
     FAMILY = "frdhead"
-    SPACES = {"forward": FORWARD_SPACE, "grad_w2": GRAD_W2_SPACE, "grad_w1": GRAD_W1_SPACE}
+    SPACES = by_role(FORWARD_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
 
     def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
-        super().__init__({"D_IN": d_in, "HIDDEN": hidden, "N_HORIZONS": n_horizons,
+        super().__init__({"D_IN": d_in, "FRD_HIDDEN": hidden, "N_HORIZONS": n_horizons,
                           "N_ATOMS": n_atoms}, launch)
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
@@ -122,9 +121,9 @@ class FrdHead(Op):
         plan = self.plan("forward", {"B": b}, lambda p: (
             (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
-        plan.kernel(plan.grid, plan.block, h_t.gpudata, w1.gpudata, b1.gpudata, w2.gpudata,
-                    b2.gpudata, hidden.gpudata, logits.gpudata, b, shared=plan.shared,
-                    stream=stream)
+        plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
+                    w2=w2.gpudata, b2=b2.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
+                    B=b, shared=plan.shared, stream=stream)
         return hidden, logits
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
@@ -136,8 +135,9 @@ class FrdHead(Op):
         dhidden = empty((b, f))
         weights = self._weight_grads(
             "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
-            lambda scratch: (hidden.gpudata, w2.gpudata, grad_logits.gpudata, scratch.gpudata,
-                             dhidden.gpudata, b))
+            lambda scratch: dict(hidden=hidden.gpudata, w2=w2.gpudata,
+                                 grad_logits=grad_logits.gpudata, scratch=scratch.gpudata,
+                                 dhidden=dhidden.gpudata, B=b))
         return (*_split(weights, (self.n_horizons, self.n_atoms, f),
                         (self.n_horizons, self.n_atoms)), dhidden)
 
@@ -151,20 +151,21 @@ class FrdHead(Op):
         grad_h_t = empty((b, d))
         weights = self._weight_grads(
             "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
-            lambda scratch: (h_t.gpudata, w1.gpudata, hidden.gpudata, dhidden.gpudata,
-                             scratch.gpudata, grad_h_t.gpudata, b))
+            lambda scratch: dict(h_t=h_t.gpudata, w1=w1.gpudata, hidden=hidden.gpudata,
+                                 dhidden=dhidden.gpudata, scratch=scratch.gpudata,
+                                 grad_h_t=grad_h_t.gpudata, B=b))
         return (*_split(weights, (f, d), (f,)), grad_h_t)
 
     def _weight_grads(self, role: str, b: int, m: int, n: int,
                       shared_bytes: Callable[..., int], stream: Any,
-                      args: Callable[[Any], tuple]) -> Any:
+                      args: Callable[[Any], dict]) -> Any:
         """Launch ``role`` with a [blocks, m*n + m] scratch (weight then bias partials per
         block) and return the scratch's column sums, [m*n + m]."""
         plan = self.plan(role, {"B": b}, lambda p: (
             (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)))
         blocks = plan.grid[0]
         scratch = empty((blocks, m * n + m))
-        plan.kernel(plan.grid, plan.block, *args(scratch), shared=plan.shared, stream=stream)
+        plan.kernel(plan.grid, plan.block, **args(scratch), shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, m * n + m, stream)
 
     def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
@@ -220,40 +221,45 @@ def torch_grad_w1(torch: Any, h_t: Any, w1: Any, hidden: Any,
 
 
 def _parameters(rng: np.random.Generator, template: Mapping[str, int], b: int) -> dict:
-    d, f = template["D_IN"], template["HIDDEN"]
+    d, f = template["D_IN"], template["FRD_HIDDEN"]
     h, a = template["N_HORIZONS"], template["N_ATOMS"]
     shapes = {"h_t": (b, d), "w1": (f, d), "b1": (f,), "w2": (h, a, f), "b2": (h, a)}
     return {n: draw_weights(rng, s, {}) if n.startswith("w")
             else rng.standard_normal(s, dtype=np.float32) for n, s in shapes.items()}
 
 
-def _train_step(head: FrdHead, frd: FrdSoftmaxCE, x: Mapping[str, np.ndarray],
-                labels: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """One forward + CE + backward: host gradients by name and the per-row ce."""
+def _loss_grad(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """grad_logits of sum(ce) / B in float32, from the reference: the head's oracles test the
+    head's kernels alone."""
+    return ref.frd_softmax_ce_grad(logits, labels, dtype=np.float32)[0].astype(np.float32)
+
+
+def _train_step(head: FrdHead, x: Mapping[str, np.ndarray],
+                labels: np.ndarray) -> dict[str, np.ndarray]:
+    """One forward + softmax-CE + backward: host gradients by name."""
     hidden, logits = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])
-    grad_logits, ce = frd.softmax_ce_grad(logits, labels)
+    grad_logits = _loss_grad(logits.get(), labels)
     gw1, gb1, gw2, gb2, gh = head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
     grads = {"w1": gw1, "b1": gb1, "w2": gw2, "b2": gb2, "h_t": gh}
-    return {n: g.get() for n, g in grads.items()}, ce.get()
+    return {n: g.get() for n, g in grads.items()}
 
 
 def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
     """The original FRD test's probes through the whole head: B=3, loss = sum(ce)/B, central
-    differences at 8 w1, 8 b1, 8 w2 entries, every b2 entry of one horizon and 8 h_t entries
+    differences (of the float64 softmax-CE of the forward's logits) at 8 w1, 8 b1, 8 w2 entries, every b2 entry of one horizon and 8 h_t entries
     against the two backward stages. eps 1e-3 (not the shared 1e-2) keeps the probes of this
     draw off the ReLU kinks; the smallest |pre| is reported as ``min_abs_pre``."""
     h, a = template["N_HORIZONS"], template["N_ATOMS"]
     rng = np.random.default_rng(2029)
     x = _parameters(rng, template, 3)
     labels = draw_labels(rng, (3, h), {"A": a})
-    head, frd = make_op(template), FrdSoftmaxCE(h, a)
+    head = make_op(template)
 
     def loss() -> float:
-        ce = frd.softmax_ce_grad(head.forward(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2")))[1],
-                                 labels)[1].get()
-        return float(ce.astype(np.float64).sum() / 3)
+        logits = head.forward(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2")))[1].get()
+        return ref.frd_loss(logits, labels)
 
-    analytic, _ = _train_step(head, frd, x, labels)
+    analytic = _train_step(head, x, labels)
     horizon = int(rng.integers(h))
     probes = {"w1": ref.random_indices(rng, x["w1"].shape, 8),
               "b1": ref.random_indices(rng, x["b1"].shape, 8),
@@ -269,7 +275,7 @@ def relu_mask(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str
     """Units with pre <= 0 pass no gradient: dhidden changed only where hidden == 0 leaves
     every output of grad_w1 bitwise unchanged, and a unit that is dead on every row (b1 = -1e3)
     has exactly zero dW1 row and db1."""
-    f, b = template["HIDDEN"], 70
+    f, b = template["FRD_HIDDEN"], 70
     rng = np.random.default_rng(2030)
     x = _parameters(rng, template, b)
     dead = int(rng.integers(f))
@@ -298,11 +304,11 @@ def sentinel_rows(make_op: Callable[[Mapping[str, int]], Any],
     sentinel = rng.random(b) < 0.2
     sentinel[-5:] = True  # the label stream ends with unrealised rows
     labels[sentinel] = -1
-    head, frd = make_op(template), FrdSoftmaxCE(h, a)
-    first, _ = _train_step(head, frd, x, labels)
+    head = make_op(template)
+    first = _train_step(head, x, labels)
     x["h_t"][sentinel] = rng.standard_normal((int(sentinel.sum()), x["h_t"].shape[1]),
                                              dtype=np.float32)
-    second, _ = _train_step(head, frd, x, labels)
+    second = _train_step(head, x, labels)
     same = all(first[n].tobytes() == second[n].tobytes() for n in ("w1", "b1", "w2", "b2"))
     return {"sentinel_rows": {"passed": bool(same and (first["h_t"][sentinel] == 0).all()
                                              and (second["h_t"][sentinel] == 0).all()),
@@ -324,20 +330,20 @@ TENSORS = {"h_t": Tensor(("B", "I")), "w1": Tensor(("F", "I"), draw=draw_weights
            "grad_b2": Tensor(("H", "A")), "grad_h_t": Tensor(("B", "I"))}
 SUITE = ({"B": 1024}, {"B": 65536})
 # Odd shapes: B=1, B not a multiple of any tile, D_in and F not multiples of 4 or 32, H=1.
-GRID = (({}, {"B": 1}), ({}, {"B": 333}), ({"D_IN": 37, "HIDDEN": 50}, {"B": 97}),
-        ({"D_IN": 130, "HIDDEN": 19}, {"B": 300}), ({"N_HORIZONS": 1, "N_ATOMS": 11}, {"B": 5}),
+GRID = (({}, {"B": 1}), ({}, {"B": 333}), ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B": 97}),
+        ({"D_IN": 130, "FRD_HIDDEN": 19}, {"B": 300}), ({"N_HORIZONS": 1, "N_ATOMS": 11}, {"B": 5}),
         ({}, {"B": 5000}))
-_COMMON_SPEC = dict(op=FrdHead, template_keys=("D_IN", "HIDDEN", "N_HORIZONS", "N_ATOMS"),
+_COMMON_SPEC = dict(op=FrdHead, template_keys=("D_IN", "FRD_HIDDEN", "N_HORIZONS", "N_ATOMS"),
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
 
 SPECS = (
-    KernelSpec(id="frdhead.forward", method="forward", space=FORWARD_SPACE,
+    KernelSpec(method="forward", space=FORWARD_SPACE,
                reads=("h_t", "w1", "b1", "w2", "b2"), writes=("hidden", "logits"),
                reference=ref.frdhead_forward, peer=torch_forward, **_COMMON_SPEC),
-    KernelSpec(id="frdhead.grad_w2", method="grad_w2", space=GRAD_W2_SPACE,
+    KernelSpec(method="grad_w2", space=GRAD_W2_SPACE,
                reads=("hidden", "w2", "grad_logits"), writes=("grad_w2", "grad_b2", "dhidden"),
                reference=ref.frdhead_grad_w2, peer=torch_grad_w2, **_COMMON_SPEC),
-    KernelSpec(id="frdhead.grad_w1", method="grad_w1", space=GRAD_W1_SPACE,
+    KernelSpec(method="grad_w1", space=GRAD_W1_SPACE,
                reads=("h_t", "w1", "hidden", "dhidden"), writes=("grad_w1", "grad_b1", "grad_h_t"),
                reference=ref.frdhead_grad_w1, peer=torch_grad_w1, **_COMMON_SPEC),
 )

@@ -9,7 +9,7 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import as_device, empty
 from ..core.op import Op
-from ..core.space import KernelSpace
+from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, uniform2
 from .reduce import reducer
 
@@ -34,7 +34,7 @@ class AlphaGate(Op):
     grad_head, grad_residual, grad_alpha = gate.backward(residual, alpha, grad_out)."""
 
     FAMILY = "gate"
-    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+    SPACES = by_role(FORWARD_SPACE, BACKWARD_SPACE)
 
     def __init__(self, n_horizons: int, launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({"N_HORIZONS": n_horizons}, launch)
@@ -50,8 +50,8 @@ class AlphaGate(Op):
         plan = self.plan("forward", {"B": dims["B"]}, lambda p: (
             (-(-n // (p["BLOCK"] * p["ITEMS"])), 1, 1), (p["BLOCK"], 1, 1), 0))
         out = empty((dims["B"], self.n_horizons))
-        plan.kernel(plan.grid, plan.block, head.gpudata, residual.gpudata, alpha.gpudata,
-                    out.gpudata, n, stream=stream)
+        plan.kernel(plan.grid, plan.block, head=head.gpudata, residual=residual.gpudata,
+                    alpha=alpha.gpudata, out=out.gpudata, n=n, stream=stream)
         return out
 
     def backward(self, residual: Any, alpha: Any, grad_out: Any, *,
@@ -67,8 +67,9 @@ class AlphaGate(Op):
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
         blocks = plan.grid[0]
         grad_residual, scratch = empty((b, h)), empty((blocks, h))
-        plan.kernel(plan.grid, plan.block, residual.gpudata, alpha.gpudata, grad_out.gpudata,
-                    grad_residual.gpudata, scratch.gpudata, b, stream=stream)
+        plan.kernel(plan.grid, plan.block, residual=residual.gpudata, alpha=alpha.gpudata,
+                    grad_out=grad_out.gpudata, grad_residual=grad_residual.gpudata,
+                    ga_scratch=scratch.gpudata, B=b, stream=stream)
         return grad_out, grad_residual, reducer().sum_rows(scratch, blocks, h, stream)
 
 
@@ -114,13 +115,13 @@ _COMMON_SPEC = dict(op=AlphaGate, template_keys=("N_HORIZONS",), tensors=TENSORS
                     oracles=oracles)
 
 SPECS = (
-    KernelSpec(id="gate.forward", method="forward", space=FORWARD_SPACE,
+    KernelSpec(method="forward", space=FORWARD_SPACE,
                reads=("head", "residual", "alpha"), writes=("out",),
                reference=ref.gate_forward, peer=torch_forward,
                grid=(({}, {"B": 1}), ({}, {"B": 1000}), ({"N_HORIZONS": 1}, {"B": 7})),
                **_COMMON_SPEC),
     # grad_head is grad_out itself: the gate passes it through unchanged.
-    KernelSpec(id="gate.backward", method="backward", space=BACKWARD_SPACE,
+    KernelSpec(method="backward", space=BACKWARD_SPACE,
                reads=("residual", "alpha", "grad_out"),
                writes=("grad_head", "grad_residual", "grad_alpha"),
                passthrough={"grad_head": "grad_out"}, reference=ref.gate_backward,

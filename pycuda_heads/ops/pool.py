@@ -11,7 +11,7 @@ from .. import reference as ref
 from ..core import device
 from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
-from ..core.space import KernelSpace
+from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
@@ -201,7 +201,7 @@ class PerHorizonAttentionPool(HorizonOp):
     """
 
     FAMILY = "pool"
-    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+    SPACES = by_role(FORWARD_SPACE, BACKWARD_SPACE)
     PDL = True
 
     def __init__(self, n_horizons: int, hidden_dim: int,
@@ -225,8 +225,9 @@ class PerHorizonAttentionPool(HorizonOp):
             forward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, ctx.gpudata, attn.gpudata,
-                    k, self._scale, b, shared=plan.shared, stream=stream)
+        plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx.gpudata,
+                    attn=attn.gpudata, K=k, scale=self._scale, B=b, shared=plan.shared,
+                    stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, ctx: Any = None, *,
@@ -246,11 +247,12 @@ class PerHorizonAttentionPool(HorizonOp):
         blocks = plan.grid[0]  # one grad_q_h scratch row each
         grad_ln, scratch = empty((b, k, d)), empty((blocks, h * d))
         ds = empty((b, h, k)) if plan.params["LAYOUT"] == 1 else None
-        plan.kernel(plan.grid, plan.block, q_h.gpudata, ln.gpudata, attn.gpudata,
-                    grad_ctx.gpudata, _NULL if grad_attn is None else grad_attn.gpudata,
-                    _NULL if ctx is None else ctx.gpudata, grad_ln.gpudata, scratch.gpudata,
-                    _NULL if ds is None else ds.gpudata, k, self._scale, b,
-                    shared=plan.shared, stream=stream)
+        plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, attn=attn.gpudata,
+                    grad_ctx=grad_ctx.gpudata,
+                    grad_attn=_NULL if grad_attn is None else grad_attn.gpudata,
+                    ctx=_NULL if ctx is None else ctx.gpudata, grad_ln=grad_ln.gpudata,
+                    gq_scratch=scratch.gpudata, ds_scratch=_NULL if ds is None else ds.gpudata,
+                    K=k, scale=self._scale, B=b, shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
 
 
@@ -324,10 +326,10 @@ _COMMON_SPEC = dict(op=PerHorizonAttentionPool, template_keys=("N_HORIZONS", "HI
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=parity)
 
 SPECS = (
-    KernelSpec(id="pool.forward", method="forward", space=FORWARD_SPACE, reads=("q_h", "ln"),
+    KernelSpec(method="forward", space=FORWARD_SPACE, reads=("q_h", "ln"),
                writes=("ctx", "attn"), reference=ref.pool_forward, peer=torch_forward,
                **_COMMON_SPEC),
-    KernelSpec(id="pool.backward", method="backward", space=BACKWARD_SPACE,
+    KernelSpec(method="backward", space=BACKWARD_SPACE,
                reads=("q_h", "ln", "attn", "grad_ctx", "ctx"), writes=("grad_q_h", "grad_ln"),
                reference=ref.pool_backward, peer=torch_backward, **_COMMON_SPEC),
 )

@@ -9,7 +9,8 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import as_device, empty
 from ..core.op import Op
-from ..core.space import KernelSpace
+from ..core.runtime import RUNTIME
+from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor
 
 SPACE = KernelSpace(
@@ -25,7 +26,7 @@ class ReduceAxis0(Op):
     """``x[N, M] -> y[M]`` in a fixed order: bitwise reproducible for a fixed launch config."""
 
     FAMILY = "reduce"
-    SPACES = {"axis0": SPACE}
+    SPACES = by_role(SPACE)
 
     def __init__(self, launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({}, launch)
@@ -45,28 +46,27 @@ class ReduceAxis0(Op):
         rows_per_split = plan.params["SPLIT_ROWS"]
         if n <= rows_per_split:  # one level: the common case of the backward passes
             dst = empty(shape or (m,))
-            plan.kernel(plan.grid, plan.block, x.gpudata, dst.gpudata, n,
-                        m, rows_per_split, stream=stream)
+            plan.kernel(plan.grid, plan.block, x=x.gpudata, y=dst.gpudata, N=n, M=m,
+                        rows_per_split=rows_per_split, stream=stream)
             return dst
         src, rows = x, n
         while True:
             splits = -(-rows // rows_per_split)
             dst = empty((shape or (m,)) if splits == 1 else (splits, m))
-            plan.kernel((plan.grid[0], splits, 1), plan.block, src.gpudata, dst.gpudata,
-                        rows, m, rows_per_split, stream=stream)
+            plan.kernel((plan.grid[0], splits, 1), plan.block, x=src.gpudata, y=dst.gpudata,
+                        N=rows, M=m, rows_per_split=rows_per_split, stream=stream)
             if splits == 1:
                 return dst
             src, rows = dst, splits
 
 
-_REDUCER: list[ReduceAxis0] = []
-
-
 def reducer() -> ReduceAxis0:
     """The shared reducer the backward passes use (tuned-table launch parameters)."""
-    if not _REDUCER:
-        _REDUCER.append(ReduceAxis0())
-    return _REDUCER[0]
+    red = RUNTIME.reducer
+    if red is None:
+        with RUNTIME.lock:
+            red = RUNTIME.reducer = RUNTIME.reducer or ReduceAxis0()
+    return red
 
 
 def reduce_axis0(x: Any) -> Any:
@@ -92,7 +92,7 @@ def exact_integer_sum(make_op: Callable[[Mapping[str, int]], Any],
 # reduce.axis0 as the backward passes call it: [B, H*D] scratch rows at the suite's batch sizes.
 _HD = 5 * 128
 SPECS = (
-    KernelSpec(id="reduce.axis0", op=ReduceAxis0, method="axis0", space=SPACE, template_keys=(),
+    KernelSpec(op=ReduceAxis0, method="axis0", space=SPACE, template_keys=(),
                tensors={"x": Tensor(("N", "M")), "y": Tensor(("M",))}, reads=("x",),
                writes=("y",), reference=ref.reduce_axis0, peer=torch_axis0,
                oracles=exact_integer_sum,

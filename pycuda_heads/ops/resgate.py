@@ -10,7 +10,7 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import Inputs, check_aligned, empty_parts, output_buffer, split
 from ..core.op import HorizonOp
-from ..core.space import KernelSpace, residual_pairs_space
+from ..core.space import KernelSpace, by_role, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor, uniform2
 from .reduce import reducer
 
@@ -44,7 +44,7 @@ class ResidualGate(HorizonOp):
 
     FAMILY = "resgate"
     PDL = True
-    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+    SPACES = by_role(FORWARD_SPACE, BACKWARD_SPACE)
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, head: Any, alpha: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
@@ -56,9 +56,9 @@ class ResidualGate(HorizonOp):
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
         out, residual = empty_parts((b, self.n_horizons), (b, self.n_horizons))
-        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
-                    head.gpudata, alpha.gpudata, out.gpudata, residual.gpudata, b,
-                    stream=stream)
+        plan.kernel(plan.grid, plan.block, ctx=ctx.gpudata, w_res=w_res.gpudata,
+                    bias_res=bias_res.gpudata, head=head.gpudata, alpha=alpha.gpudata,
+                    out=out.gpudata, residual=residual.gpudata, B=b, stream=stream)
         return out, residual
 
     def backward(self, ctx: Any, w_res: Any, alpha: Any, residual: Any, grad_out: Any, *,
@@ -89,9 +89,10 @@ class ResidualGate(HorizonOp):
             out = output_buffer(out, accumulate, "grad_ctx", ("B", "H", "D"), dims)
             scratch = empty_parts(*parts, align=4)
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
-        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, alpha.gpudata,
-                    residual.gpudata, grad_out.gpudata, scratch[0].gpudata, out.gpudata,
-                    b, 1 if accumulate else 0, stream=stream)
+        plan.kernel(plan.grid, plan.block, ctx=ctx.gpudata, w_res=w_res.gpudata,
+                    alpha=alpha.gpudata, residual=residual.gpudata, grad_out=grad_out.gpudata,
+                    scratch=scratch[0].gpudata, grad_ctx=out.gpudata, B=b,
+                    accumulate=1 if accumulate else 0, stream=stream)
         if rows:
             scratch = split(reducer().sum_rows(scratch[0], groups, cols, stream), *grads)
         grad_w_res, grad_bias_res, grad_alpha = scratch
@@ -165,11 +166,11 @@ _COMMON_SPEC = dict(op=ResidualGate, template_keys=("N_HORIZONS", "HIDDEN_DIM"),
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
 
 SPECS = (
-    KernelSpec(id="resgate.forward", method="forward", space=FORWARD_SPACE,
+    KernelSpec(method="forward", space=FORWARD_SPACE,
                reads=("ctx", "w_res", "bias_res", "head", "alpha"), writes=("out", "residual"),
                reference=ref.resgate_forward, peer=torch_forward, **_COMMON_SPEC),
     # grad_head is grad_out itself: the gate passes it through unchanged.
-    KernelSpec(id="resgate.backward", method="backward", space=BACKWARD_SPACE,
+    KernelSpec(method="backward", space=BACKWARD_SPACE,
                reads=("ctx", "w_res", "alpha", "residual", "grad_out"),
                writes=("grad_w_res", "grad_bias_res", "grad_ctx", "grad_head", "grad_alpha"),
                passthrough={"grad_head": "grad_out"}, reference=ref.resgate_backward,

@@ -9,7 +9,7 @@ import numpy as np
 from .. import reference as ref
 from ..core.arrays import Inputs, check_aligned, empty, output_buffer
 from ..core.op import HorizonOp
-from ..core.space import KernelSpace, residual_pairs_space
+from ..core.space import KernelSpace, by_role, residual_pairs_space
 from ..core.spec import KernelSpec, Tensor
 from .reduce import reducer
 
@@ -31,7 +31,7 @@ class PerHorizonResidual(HorizonOp):
     grad_w_res, grad_bias_res, grad_ctx = proj.backward(ctx, w_res, grad_residual)."""
 
     FAMILY = "residual"
-    SPACES = {"forward": FORWARD_SPACE, "backward": BACKWARD_SPACE}
+    SPACES = by_role(FORWARD_SPACE, BACKWARD_SPACE)
 
     def forward(self, ctx: Any, w_res: Any, bias_res: Any, *, stream: Any = None) -> Any:
         """residual[B, H] as a GPUArray."""
@@ -42,8 +42,8 @@ class PerHorizonResidual(HorizonOp):
             (-(-b // p["ROWS"]), 1, 1), (p["BLOCK"], 1, 1), 0))
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res)
         out = empty((b, self.n_horizons))
-        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, bias_res.gpudata,
-                    out.gpudata, b, stream=stream)
+        plan.kernel(plan.grid, plan.block, ctx=ctx.gpudata, w_res=w_res.gpudata,
+                    bias_res=bias_res.gpudata, residual=out.gpudata, B=b, stream=stream)
         return out
 
     def backward(self, ctx: Any, w_res: Any, grad_residual: Any, *, out: Any = None,
@@ -63,9 +63,10 @@ class PerHorizonResidual(HorizonOp):
         check_aligned(plan.params["VEC"], ctx=ctx, w_res=w_res, out=out)
         blocks = plan.grid[0]
         gw, gb = empty((blocks, h * d)), empty((blocks, h))
-        plan.kernel(plan.grid, plan.block, ctx.gpudata, w_res.gpudata, grad_residual.gpudata,
-                    gw.gpudata, gb.gpudata, out.gpudata, b,
-                    1 if accumulate else 0, stream=stream)
+        plan.kernel(plan.grid, plan.block, ctx=ctx.gpudata, w_res=w_res.gpudata,
+                    grad_residual=grad_residual.gpudata, gw_scratch=gw.gpudata,
+                    gb_scratch=gb.gpudata, grad_ctx=out.gpudata, B=b,
+                    accumulate=1 if accumulate else 0, stream=stream)
         red = reducer()
         return (red.sum_rows(gw, blocks, h * d, stream, (h, d)),
                 red.sum_rows(gb, blocks, h, stream), out)
@@ -112,10 +113,10 @@ _COMMON_SPEC = dict(op=PerHorizonResidual, template_keys=("N_HORIZONS", "HIDDEN_
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=parity)
 
 SPECS = (
-    KernelSpec(id="residual.forward", method="forward", space=FORWARD_SPACE,
+    KernelSpec(method="forward", space=FORWARD_SPACE,
                reads=("ctx", "w_res", "bias_res"), writes=("residual",),
                reference=ref.residual_forward, peer=torch_forward, **_COMMON_SPEC),
-    KernelSpec(id="residual.backward", method="backward", space=BACKWARD_SPACE,
+    KernelSpec(method="backward", space=BACKWARD_SPACE,
                reads=("ctx", "w_res", "grad_residual"),
                writes=("grad_w_res", "grad_bias_res", "grad_ctx"),
                reference=ref.residual_backward, peer=torch_backward, **_COMMON_SPEC),

@@ -442,15 +442,21 @@ def validation(data: ReportData) -> str:
     per_kernel: dict[str, list[dict[str, Any]]] = {}
     for var in variants:
         per_kernel.setdefault(str(var.get("kernel", "?")), []).append(var)
+    families = v.get("families") or {}
     rows = []
     for kernel, vs in sorted(per_kernel.items()):
         errs = [x["max_rel_err"] for x in vs if isinstance(x.get("max_rel_err"), (int, float))]
+        run = families.get(kernel.partition(".")[0], {})
         rows.append((kernel, len(vs), sum(bool(x.get("passed")) for x in vs),
-                     sum(not x.get("passed") for x in vs), f"{max(errs):.1e}" if errs else "–"))
+                     sum(not x.get("passed") for x in vs), f"{max(errs):.1e}" if errs else "–",
+                     f"{commit(run.get('commit'))} ({str(run.get('date', '?'))[:10]})",
+                     "yes" if run.get("sanitized") else "no", f"`{run.get('source_hash', '?')}`"))
     lines = ["## Validation", "",
-             f"Record of {v.get('date', '?')} on {v.get('gpu', '?')}, commit "
-             f"{commit(v.get('commit'))}, kernel sources hash `{v.get('sources_hash', '?')}`.", ""]
-    lines += [table(("kernel", "variants", "passed", "failed", "worst max rel err"), rows), ""]
+             f"Record on {v.get('gpu', '?')}, last run {v.get('date', '?')} at commit "
+             f"{commit(v.get('commit'))}. Each family is validated on its own: its row says "
+             "when, whether under compute-sanitizer, and the hash of the sources it ran.", ""]
+    lines += [table(("kernel", "variants", "passed", "failed", "worst max rel err",
+                     "validated at", "sanitizer", "family sources"), rows), ""]
     failed = [x for x in variants if not x.get("passed")]
     lines += [f"- failed: {x.get('kernel', '?')} {x.get('source', '')} "
               f"{json.dumps(x.get('params'))}: "

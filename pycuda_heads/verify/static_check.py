@@ -148,7 +148,11 @@ def _check(family: str, constants: Mapping[str, Any], arch: str,
     with tempfile.TemporaryDirectory(prefix="pycuda-heads-") as tmp:
         cu, ptx = Path(tmp) / "variant.cu", Path(tmp) / "variant.ptx"
         cu.write_text(source)
-        _run(["nvcc", *NVCC_OPTIONS, f"-arch={compute}", "--ptx", "-o", str(ptx), str(cu)], family)
+        try:
+            _run(["nvcc", *NVCC_OPTIONS, f"-arch={compute}", "--ptx", "-o", str(ptx), str(cu)],
+                 family)
+        except RuntimeError as exc:
+            raise RuntimeError(_explain(str(exc), family, constants)) from None
         text = ptx.read_text()
         report.atomics = find_atomics(text)
         log = _run(["ptxas", f"-arch={arch}", "-v", "-o", str(Path(tmp) / "v.cubin"), str(ptx)], family)
@@ -156,6 +160,23 @@ def _check(family: str, constants: Mapping[str, Any], arch: str,
     records.write_json(cached, {"atomics": report.atomics,
                                 "entries": {k: asdict(v) for k, v in report.entries.items()}})
     return report
+
+
+_UNDEFINED = re.compile(r'identifier "([A-Z][A-Z0-9_]*)" is undefined')
+
+
+def _explain(error: str, family: str, constants: Mapping[str, Any]) -> str:
+    """nvcc's error, led by the rule it most likely broke: a variant is ``<family>.cu`` with
+    only its own kernel's template constants and launch knobs defined, so an entry that uses
+    a knob of another kernel of the family fails in every variant of the others."""
+    missing = sorted(set(_UNDEFINED.findall(error)) - set(constants))
+    if not missing:
+        return error
+    return (f"{family}.cu uses {', '.join(missing)}, which this variant does not define (it "
+            f"defines {', '.join(sorted(constants)) or 'nothing'}). Each variant compiles the "
+            f"whole file with its own kernel's knobs alone: wrap an entry that uses another "
+            f"kernel's knob in `#ifdef {missing[0]}` ... `#endif`, or give the knob to every "
+            f"kernel of the family.\n{error}")
 
 
 def _run(cmd: list[str], family: str) -> str:

@@ -2,8 +2,10 @@
 
 Each variant (the default launch parameters of every kernel, and every entry of the shipped tuned
 table for this GPU) runs ``checks.validate_case`` over a grid of shapes; the record keeps, per
-variant, what was checked, the errors, pass/fail and the hash of its rendered source, and the
-hash of all kernel sources. A CPU test fails when the sources change without a new record.
+variant, what was checked, the errors, pass/fail, the hash of its rendered source and its
+family's ``source_hash`` (``op_source_hash``: the family's ``.cu`` with the header, its op module
+and the ops it calls). A CPU test fails for the families whose sources changed without a new
+record; ``--kernels`` re-validates some kernels (or whole families) and keeps the rest.
 
 With ``--sanitize`` every variant also runs under each tool of NVIDIA's compute-sanitizer
 (memcheck, racecheck, initcheck, synccheck) at a small shape, in a child process per tool
@@ -31,7 +33,8 @@ from typing import Any, Iterable, Mapping
 
 from .. import records
 from ..catalog import SUITE_TEMPLATE, Catalog, catalog
-from ..core.source import render, sources_hash, variant_hash
+from ..core.op import op_source_hash
+from ..core.source import render, variant_hash
 from ..core.spec import KernelSpec
 
 Shapes = list[tuple[dict[str, int], dict[str, int]]]
@@ -51,7 +54,7 @@ def variant_record(spec: KernelSpec, params: Mapping[str, Any], source: str,
     rel = [r["max_rel_err"] for r in runs if r["max_rel_err"] is not None]
     template = dict(template)
     return {"kernel": spec.id, "source": source, "template": template,
-            "params": dict(params),
+            "params": dict(params), "source_hash": op_source_hash(spec.op),
             "variant_hash": variant_hash(render(spec.family, {**template, **params},
                                                 spec.source_dir)),
             "passed": all(r["passed"] for r in runs), "max_rel_err": max(rel) if rel else None,
@@ -143,12 +146,15 @@ def _sanitize_child(kernel: str, spec_json: str) -> int:
     return 0
 
 
-def _sanitizer_key(kernel: str, variant_hash: str, template: Mapping[str, int],
-                   shape: Mapping[str, int]) -> tuple[str, str, str]:
-    return kernel, variant_hash, json.dumps([template, shape], sort_keys=True)
+def _sanitizer_key(v: Mapping[str, Any], template: Mapping[str, int],
+                   shape: Mapping[str, int]) -> tuple[str, ...]:
+    """A sanitizer result holds while the variant's source, its family's launch code and the
+    shape it ran at are unchanged."""
+    return (v["kernel"], v["variant_hash"], v.get("source_hash", ""),
+            json.dumps([template, shape], sort_keys=True))
 
 
-def _clean_sanitizer_runs(path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+def _clean_sanitizer_runs(path: Path) -> dict[tuple[str, ...], dict[str, Any]]:
     """Sanitizer results with 0 findings in the record at ``path``, by kernel, rendered-source
     hash and the template and shape they ran at; {} when there is no readable record."""
     try:
@@ -160,28 +166,100 @@ def _clean_sanitizer_runs(path: Path) -> dict[tuple[str, str, str], dict[str, An
         runs = v.get("sanitizer")
         if runs and "variant_hash" in v and findings(runs) == 0:
             first = next(iter(runs.values()))
-            clean[_sanitizer_key(v["kernel"], v["variant_hash"], first["template"],
-                                 first["shape"])] = runs
+            clean[_sanitizer_key(v, first["template"], first["shape"])] = runs
     return clean
+
+
+def selected(cat: Catalog, names: Iterable[str] | None) -> set[str]:
+    """Kernel ids named by ``names``: kernel ids, or family names for all of a family's
+    kernels; every kernel when ``names`` is empty."""
+    families = cat.families()
+    out: set[str] = set()
+    for name in names or ():
+        if name in families:
+            out.update(s.id for s in families[name])
+        elif name in cat:
+            out.add(name)
+        else:
+            raise ValueError(f"unknown kernel or family {name!r}; expected one of "
+                             f"{sorted(families)} or {sorted(cat.specs)}")
+    return out or set(cat.specs)
+
+
+def stale_families(record: Mapping[str, Any], cat: Catalog) -> dict[str, str]:
+    """family -> what in ``record`` is out of date against the installed sources; a family is
+    current when its default variants are recorded, every variant of it carries the family's
+    ``op_source_hash`` and its rendered source is unchanged."""
+    out = {}
+    variants = record.get("variants", ())
+    for family, specs in cat.families().items():
+        now = op_source_hash(specs[0].op)
+        ids = {s.id for s in specs}
+        mine = [v for v in variants if v.get("kernel") in ids]
+        have = {(v["kernel"], json.dumps(v.get("params"), sort_keys=True)) for v in mine}
+        missing = [s.id for s in specs
+                   if (s.id, json.dumps(dict(s.space.default), sort_keys=True)) not in have]
+        if missing:
+            out[family] = f"no record of the default variant of {missing}"
+        elif any(v.get("source_hash") != now for v in mine) or \
+                record.get("families", {}).get(family, {}).get("source_hash") != now:
+            out[family] = f"its sources changed since it was validated (now {now})"
+        else:
+            for v in mine:
+                spec = cat[v["kernel"]]
+                rendered = render(spec.family, {**v["template"], **v["params"]}, spec.source_dir)
+                if variant_hash(rendered) != v.get("variant_hash"):
+                    out[family] = f"{v['kernel']} {v['params']}: its rendered source changed"
+    return out
+
+
+def merge_record(old: Mapping[str, Any] | None, variants: list[dict[str, Any]],
+                 run: Mapping[str, Any], cat: Catalog) -> dict[str, Any]:
+    """The record with ``variants`` (a run over some kernels) in place of the old record's
+    variants of those kernels; other kernels keep theirs, so re-validating one family leaves
+    every other family's entries as they were. ``run`` (gpu, date, commit, seconds, sanitizer)
+    is kept per family the run touched."""
+    done = {v["kernel"] for v in variants}
+    kept = [v for v in (old or {}).get("variants", ())
+            if v.get("kernel") in cat and v["kernel"] not in done]
+    order = {k: i for i, k in enumerate(cat.specs)}
+    merged = sorted(kept + variants, key=lambda v: order[v["kernel"]])  # stable: runs in order
+    families = {f: e for f, e in (old or {}).get("families", {}).items()
+                if f in cat.families()}
+    for family in sorted({cat[k].family for k in done}):
+        families[family] = {"source_hash": op_source_hash(cat.families()[family][0].op), **run}
+    sanitized = [v for v in merged if "sanitizer" in v]
+    return {"gpu": run["gpu"], "gpu_slug": run["gpu_slug"], "date": run["date"],
+            "commit": run["commit"], "families": dict(sorted(families.items())),
+            "summary": {"variants": len(merged), "passed": sum(v["passed"] for v in merged),
+                        "runs": sum(len(v["runs"]) for v in merged),
+                        "sanitized_variants": len(sanitized),
+                        "sanitizer_tools": list(SANITIZER_TOOLS),
+                        "sanitizer_options": list(SANITIZER_OPTIONS),
+                        "sanitizer_findings": sum(findings(v["sanitizer"]) for v in sanitized)},
+            "variants": merged}
 
 
 def write_record(out_dir: Path, kernels: list[str] | None = None,
                  commit: str | None = None, sanitizer: bool = False) -> dict[str, Any]:
+    """Validate the variants of ``kernels`` (kernel ids or families; all when None) and merge
+    them into ``out_dir/<gpu>/validation.json``."""
     from ..core.device import gpu_name, gpu_slug
     from ..core.tuned import load_table
     slug = gpu_slug()  # no GPU: the one-line GpuUnavailableError before anything else
     from tqdm import tqdm
-    todo = [v for v in variants_to_check(catalog(), load_table(slug))
-            if not kernels or v[0].id in kernels]
+    cat = catalog()
+    wanted = selected(cat, kernels)
+    todo = [v for v in variants_to_check(cat, load_table(slug)) if v[0].id in wanted]
+    path = out_dir / slug / records.VALIDATION_JSON
     started = time.perf_counter()
     variants = [variant_record(spec, params, source, shapes, template)
                 for spec, params, source, shapes, template
                 in tqdm(todo, desc="validate", unit="variant")]
     if sanitizer:
-        # a variant whose rendered source is unchanged keeps its clean findings of the last record
-        clean = _clean_sanitizer_runs(out_dir / slug / records.VALIDATION_JSON)
-        keys = [_sanitizer_key(v["kernel"], v["variant_hash"], *sanitizer_shape(t[3]))
-                for t, v in zip(todo, variants)]
+        # a variant whose source and launch code are unchanged keeps its clean findings
+        clean = _clean_sanitizer_runs(path)
+        keys = [_sanitizer_key(v, *sanitizer_shape(t[3])) for t, v in zip(todo, variants)]
         fresh = [(i, t) for i, t in enumerate(todo) if keys[i] not in clean]
         with ThreadPoolExecutor(SANITIZER_JOBS) as pool:
             found = list(tqdm(pool.map(lambda it: sanitize(it[1][0], it[1][1], it[1][3]), fresh),
@@ -190,21 +268,17 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
         for i, variant in enumerate(variants):
             variant["sanitizer"] = results[i] if i in results else clean[keys[i]]
             variant["passed"] &= findings(variant["sanitizer"]) == 0
-    record = {"gpu": gpu_name(), "gpu_slug": slug,
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "commit": commit or records.git_state()["describe"],
-              "sources_hash": sources_hash(),
-              "seconds": round(time.perf_counter() - started, 1),
-              "summary": {"variants": len(variants),
-                          "passed": sum(v["passed"] for v in variants),
-                          "runs": sum(len(v["runs"]) for v in variants),
-                          **({"sanitizer_tools": list(SANITIZER_TOOLS),
-                              "sanitizer_options": list(SANITIZER_OPTIONS),
-                              "sanitizer_findings": sum(findings(v["sanitizer"])
-                                                        for v in variants)}
-                             if sanitizer else {})},
-              "variants": variants}
-    records.write_json(out_dir / slug / records.VALIDATION_JSON, record)
+    try:
+        old = records.read_json(path, "validation record") if path.is_file() else None
+    except ValueError:
+        old = None  # unreadable: this run starts a new one
+    run = {"gpu": gpu_name(), "gpu_slug": slug,
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "commit": commit or records.git_state()["describe"],
+           "seconds": round(time.perf_counter() - started, 1), "sanitized": sanitizer}
+    record = merge_record(old if old and old.get("gpu_slug") == slug else None, variants, run,
+                          cat)
+    records.write_json(path, record)
     return record
 
 
@@ -216,7 +290,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     # no GPU: cli.main reports it in one line on stderr, exit 2
     record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize)
-    for v in record["variants"]:
+    wanted = selected(catalog(), args.kernels)
+    ran = [v for v in record["variants"] if v["kernel"] in wanted]
+    for v in ran:
         status = "PASS" if v["passed"] else "FAIL"
         err = f"{v['max_rel_err']:.2e}" if v["max_rel_err"] is not None else "-"
         print(f"{status} {v['kernel']:<22} {v['source']:<8} max_rel_err={err} {v['params']}")
@@ -226,10 +302,10 @@ def _run(args: argparse.Namespace) -> int:
         for tool, r in v.get("sanitizer", {}).items():
             if r["errors"] != 0 or r["exit"] != 0:
                 print(f"     {SANITIZER} {tool}: {r['errors']} errors, exit {r['exit']}")
-    s = record["summary"]
-    print(f"{s['passed']}/{s['variants']} variants passed over {s['runs']} shape runs; record in "
-          f"{Path(args.out) / record['gpu_slug'] / records.VALIDATION_JSON}")
-    status = 0 if s["passed"] == s["variants"] else 1
+    passed = sum(v["passed"] for v in ran)
+    print(f"{passed}/{len(ran)} variants passed over {sum(len(v['runs']) for v in ran)} shape "
+          f"runs; record in {Path(args.out) / record['gpu_slug'] / records.VALIDATION_JSON}")
+    status = 0 if passed == len(ran) else 1
     records.log_phase(Path(args.out) / record["gpu_slug"], "validate", started, status,
                       "kernels " + ",".join(args.kernels) if args.kernels else "")
     return status
@@ -239,8 +315,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("validate", help="GPU: check every default and tuned variant, write "
                                         "reports/<gpu>/validation.json")
     p.add_argument("--out", default="reports", help="reports folder (default: reports)")
-    p.add_argument("--kernels", nargs="*", choices=sorted(catalog().specs),
-                   help="only these kernels")
+    p.add_argument("--kernels", nargs="*", choices=sorted({*catalog().specs,
+                                                           *catalog().families()}),
+                   help="only these kernels or families; the record keeps the others' entries")
     p.add_argument("--commit", help="commit to record (default: git describe, else 'unknown')")
     p.add_argument("--sanitize", action="store_true",
                    help=f"also run every variant under {SANITIZER} ({', '.join(SANITIZER_TOOLS)})"
