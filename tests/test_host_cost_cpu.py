@@ -351,3 +351,70 @@ def test_every_entry_of_a_pdl_family_waits_first():
         for entry, first in entries:
             assert first in ("pdl_enter();", "pdl_wait();"), \
                 f"{family}: {entry} starts with {first!r}"
+
+
+# --- PyCUDA internals on the launch path: pinned, checked, and with a public fallback ---------
+
+class PublicOnlyFunction(FakeFunction):
+    """A PyCUDA Function without the private launch: only the public prepared calls."""
+
+    _launch_kernel = None
+
+    def __init__(self):
+        self.calls = []
+
+    def prepared_call(self, grid, block, *args, shared_size=0):
+        self.calls.append((grid, block, args, shared_size, None))
+
+    def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
+        self.calls.append((grid, block, args, shared_size, stream))
+
+
+@pytest.mark.parametrize("missing", ["pack", "launch"])
+def test_without_pycudas_private_launch_the_public_prepared_call_launches(fake_gpu, monkeypatch,
+                                                                          missing):
+    function = PublicOnlyFunction()
+    if missing == "pack":  # a PyCUDA whose argument packer moved
+        function._launch_kernel = lambda *a: pytest.fail("the private launch without its packer")
+        monkeypatch.setitem(sys.modules, "pycuda._pvt_struct", None)
+    monkeypatch.setattr(core_compile, "_module", lambda source: types.SimpleNamespace(
+        get_function=lambda name: function))
+    x = resgate_inputs(3)
+    with recorded_launches() as made:
+        ph.ResidualGate(H, D).forward(*x, stream="s")
+    (_, grid, block, args, shared, stream), = made
+    assert function.calls == [(grid, block, args, shared, "s")]
+    assert args[:5] == (1 << 30,) * 5 and args[-1] == 3  # in the C signature's order
+
+
+def test_a_launch_names_every_parameter_of_the_c_signature(fake_gpu):
+    kernel = core_compile.get_kernel("gate", "gate_forward",
+                                     {"N_HORIZONS": H, "BLOCK": 128, "ITEMS": 1})
+    assert kernel.params == ("head", "residual", "alpha", "out", "n")
+    with pytest.raises(core_compile.LaunchError, match="no value for its parameter 'n'"):
+        kernel((1, 1, 1), (128, 1, 1), head=1, residual=2, alpha=3, out=4)
+    with pytest.raises(core_compile.LaunchError, match=r"unknown arguments \['rows'\]"):
+        kernel((1, 1, 1), (128, 1, 1), head=1, residual=2, alpha=3, out=4, n=5, rows=6)
+
+
+class DerivedGPUArray(FakeGPUArray):
+    """A GPUArray whose constructor derives more than gpudata and base from the memory."""
+
+    def __init__(self, shape, dtype, allocator=None, base=None, gpudata=None, strides=None):
+        super().__init__(shape, dtype, allocator, base, gpudata, strides)
+        self.ptr = gpudata
+
+
+def test_outputs_are_copied_arrays_only_where_a_gpuarray_is_its_attributes(fake_gpu):
+    arrays.check_copyable(FakeGPUArray)
+    with pytest.raises(RuntimeError, match=r"memory-dependent state in \['ptr'\].*pycuda>=2024"):
+        arrays.check_copyable(DerivedGPUArray)
+
+
+def test_pycuda_is_pinned_to_the_versions_whose_internals_the_launch_uses():
+    import configparser
+    from pathlib import Path
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    pins = [r for r in cfg["options.extras_require"]["gpu"].split("\n") if r.startswith("pycuda")]
+    assert pins == ["pycuda>=2024.1,<2026.2"]

@@ -7,6 +7,7 @@ was wrong; meanwhile the op's outputs at the bad positions hold NaN, never plaus
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Callable
 
 import numpy as np
@@ -15,12 +16,24 @@ from .device import cuda
 from .runtime import RUNTIME
 
 
+def _checks() -> tuple[deque, list]:
+    """This thread's unread checks and reusable slots: a check's failure is raised to the
+    thread whose call launched it."""
+    local = RUNTIME.local
+    try:
+        return local.pending, local.free
+    except AttributeError:
+        local.pending, local.free = deque(), []
+        return local.pending, local.free
+
+
 def slots(n: int) -> tuple[Any, np.ndarray, Any]:
     """(event, host int32 buffer of at least ``n`` entries, its device pointer) for one check."""
     drv = cuda()
-    for i, (event, host) in enumerate(RUNTIME.free):
+    free = _checks()[1]
+    for i, (event, host) in enumerate(free):
         if host.size >= n:
-            del RUNTIME.free[i]
+            del free[i]
             break
     else:
         event = drv.Event(drv.event_flags.DISABLE_TIMING)
@@ -33,26 +46,27 @@ def submit(event: Any, host: np.ndarray, n: int, stream: Any,
            describe: Callable[[np.ndarray], str | None]) -> None:
     """The check kernel is enqueued on ``stream``: mark its end and keep it for reading."""
     event.record(stream)
-    RUNTIME.pending.append((event, host, n, describe))
+    _checks()[0].append((event, host, n, describe))
 
 
 def pending() -> bool:
     """Whether any check has not been read yet (cheap: every checked call asks)."""
-    return bool(RUNTIME.pending)
+    return bool(_checks()[0])
 
 
 def poll(wait: bool = False) -> None:
     """Read every finished check in launch order (with ``wait``, every check); raise ValueError
     for the first that failed."""
-    while RUNTIME.pending:
-        event, host, n, describe = RUNTIME.pending[0]
+    todo, free = _checks()
+    while todo:
+        event, host, n, describe = todo[0]
         if wait:
             event.synchronize()
         elif not event.query():
             return
-        RUNTIME.pending.popleft()
+        todo.popleft()
         error = describe(host[:n])
-        RUNTIME.free.append((event, host))
+        free.append((event, host))
         if error:
             raise ValueError(error)
 

@@ -87,17 +87,17 @@ def gpu_available() -> bool:
 
 
 def allocator() -> Any:
-    """The allocate method of the process's device memory pool (cuMemAlloc per output would
-    dominate small calls), looked up once: it is on every call's path."""
-    allocate = RUNTIME.allocate
-    if allocate is None:
+    """The allocate method of this thread's device memory pool (cuMemAlloc per output would
+    dominate small calls). A pool per thread: memory one thread frees may still be in use by
+    kernels queued on its stream, so only that thread, whose launches follow on the same
+    stream, may be handed it again."""
+    try:
+        return RUNTIME.local.allocate
+    except AttributeError:
         cuda()
-        with RUNTIME.lock:
-            if RUNTIME.allocate is None:
-                from pycuda.tools import DeviceMemoryPool
-                RUNTIME.allocate = DeviceMemoryPool().allocate
-            allocate = RUNTIME.allocate
-    return allocate
+        from pycuda.tools import DeviceMemoryPool
+        RUNTIME.local.allocate = DeviceMemoryPool().allocate
+        return RUNTIME.local.allocate
 
 
 def gpu_name() -> str:

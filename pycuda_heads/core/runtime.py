@@ -1,8 +1,8 @@
 """The library's process state, in one object, and the launch scope of each thread.
 
-``RUNTIME`` holds what every op shares: the CUDA driver module, the memory pool's allocate
-method, compiled modules and prepared kernels by variant, whether programmatic dependent launch
-is available, the shared reducer and the device checks not read yet. Its caches are filled on
+``RUNTIME`` holds what every op shares: the CUDA driver module, compiled modules and prepared
+kernels by variant, whether programmatic dependent launch is available, the shared reducer,
+and per thread (``local``) the memory pool and the device checks not read yet. Its caches are filled on
 slow paths under one lock, so threads launching ops at once compile a variant once.
 
 ``scope()`` is what the calling thread's launches and allocations are inside of (a CUDA graph
@@ -12,7 +12,6 @@ one thread's capture or test fixture never reaches another thread's launches.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Iterator, NamedTuple
@@ -56,17 +55,15 @@ class Runtime:
         #: held while a cache below is filled (a compile, a pool, the driver import)
         self.lock = threading.RLock()
         self.driver: Any = None
-        self.allocate: Any = None
+        #: per thread: ``allocate`` (its device memory pool's), ``pending`` and ``free``
+        #: (its device checks not read yet, and the slots of those read, ``deferred``)
+        self.local = threading.local()
         #: loaded modules by variant hash, prepared kernels by (family, folder, entry, constants)
         self.modules: dict[str, Any] = {}
         self.kernels: dict[tuple, Any] = {}
         #: programmatic dependent launch possible here (None: not asked yet)
         self.pdl: bool | None = None
         self.reducer: Any = None
-        #: device checks not read yet: (event, host slots, slots written, describe)
-        self.pending: deque = deque()
-        #: (event, host slots) of checks already read, for reuse
-        self.free: list = []
 
     def cached(self, table: dict, key: Any, make: Any) -> Any:
         """``table[key]``, made by ``make()`` once even when threads ask at the same time."""
