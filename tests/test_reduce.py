@@ -1,16 +1,12 @@
-"""GPU: the deterministic reduce.axis0 kernel."""
+"""GPU: the deterministic reduce.axis0 kernel beyond test_kernels.py: multi-stage launch
+parameters, the public function and its errors."""
 import numpy as np
 import pytest
 
 import pycuda_heads as ph
-from gpu_helpers import assert_variant_passes, grid_params
+from gpu_helpers import assert_variant_passes
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.mark.parametrize("template,shape", grid_params("reduce.axis0"))
-def test_matches_reference(template, shape):
-    assert_variant_passes("reduce.axis0", template, shape)
 
 
 @pytest.mark.parametrize("params", [{"TX": 128, "TY": 8, "SPLIT_ROWS": 64},

@@ -1,6 +1,6 @@
-"""GPU: the fused residual + gate against the float64 reference (odd shapes included), central
-differences, the closed-gate oracle, the unfused ops, chaining into grad_ctx and the reduce
-skipped for one row group."""
+"""GPU: the fused residual + gate beyond test_kernels.py: other launch parameters and the shipped
+tuned entries, its oracles' probes, negative zero through a closed gate, the unfused ops,
+chaining into grad_ctx, the reduce skipped for one row group, bad inputs, PDL."""
 import json
 
 import numpy as np
@@ -10,7 +10,7 @@ import pycuda_heads as ph
 from pycuda_heads import reference as ref
 from pycuda_heads.core import arrays
 from pycuda_heads.core.tuned import TABLE_DIR
-from gpu_helpers import assert_pdl_gives_plain_bits, assert_variant_passes, grid_params, oracles
+from gpu_helpers import assert_pdl_gives_plain_bits, assert_variant_passes, oracles, suite_oracles
 
 pytestmark = pytest.mark.gpu
 F32 = np.float32
@@ -44,16 +44,6 @@ def _inputs(b, h=H, d=D, seed=5):
             "grad_out": rng.standard_normal((b, h), dtype=F32)}
 
 
-@pytest.mark.parametrize("template,shape", grid_params("resgate.forward"))
-def test_forward_matches_reference(template, shape):
-    assert_variant_passes("resgate.forward", template, shape)
-
-
-@pytest.mark.parametrize("template,shape", grid_params("resgate.backward"))
-def test_backward_matches_reference(template, shape):
-    assert_variant_passes("resgate.backward", template, shape)
-
-
 @pytest.mark.parametrize("params", FORWARD_VARIANTS, ids=str)
 def test_forward_variants_match_reference(params):
     assert_variant_passes("resgate.forward", SUITE, {"B": 1001}, params)
@@ -75,12 +65,12 @@ def test_tuned_backward_variants_pass(template, shape, params):
     assert_variant_passes("resgate.backward", template, shape, params)
 
 
-def test_central_differences_and_closed_gate():
-    """B=3, H=5, D=128; loss = sum(g * out); probes in every input of the forward."""
-    checks = oracles("resgate.backward")
-    assert checks["parity_numgrad"]["passed"], checks["parity_numgrad"]
+def test_central_differences_probe_every_input_and_the_closed_gate_is_checked():
+    """B=3, H=5, D=128; loss = sum(g * out); probes in every input of the forward
+    (test_kernels.py asserts that the oracles pass)."""
+    checks = suite_oracles("resgate.backward")
     assert checks["parity_numgrad"]["probes"] == 8 + 8 + H + 8 + H
-    assert checks["closed_gate_bitwise"]["passed"]
+    assert "closed_gate_bitwise" in checks
 
 
 def test_closed_gate_keeps_negative_zero_and_large_values():

@@ -105,6 +105,13 @@ class FrdHead(Op):
     FAMILY = "frdhead"
     SPACES = by_role(FORWARD_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
 
+    @classmethod
+    def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
+        """The template constant FRD_HIDDEN is the constructor's ``hidden``."""
+        kwargs = super().constructor_kwargs(template)
+        kwargs["hidden"] = kwargs.pop("frd_hidden")
+        return kwargs
+
     def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({"D_IN": d_in, "FRD_HIDDEN": hidden, "N_HORIZONS": n_horizons,
