@@ -73,11 +73,12 @@ def assert_pdl_gives_plain_bits(monkeypatch, chain):
 
     def run():
         op, outs = chain()
-        return {type(k) for k in op._kernels.values()}, [o.get().tobytes() for o in outs]
+        is_pdl = {isinstance(k, core_compile.PdlKernel) for k in op._kernels.values()}
+        return is_pdl, [o.get().tobytes() for o in outs]
 
     kernels, pdl = run()
-    assert kernels == {core_compile.PdlKernel}
+    assert kernels == {True}
     monkeypatch.setattr(RUNTIME, "pdl", False)
     kernels, plain = run()
-    assert kernels == {core_compile.Kernel}
+    assert kernels == {False}
     assert pdl == plain

@@ -391,10 +391,15 @@ def test_a_launch_names_every_parameter_of_the_c_signature(fake_gpu):
     kernel = core_compile.get_kernel("gate", "gate_forward",
                                      {"N_HORIZONS": H, "BLOCK": 128, "ITEMS": 1})
     assert kernel.params == ("head", "residual", "alpha", "out", "n")
-    with pytest.raises(core_compile.LaunchError, match="no value for its parameter 'n'"):
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'n'"):
         kernel((1, 1, 1), (128, 1, 1), head=1, residual=2, alpha=3, out=4)
-    with pytest.raises(core_compile.LaunchError, match=r"unknown arguments \['rows'\]"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rows'"):
         kernel((1, 1, 1), (128, 1, 1), head=1, residual=2, alpha=3, out=4, n=5, rows=6)
+    with pytest.raises(TypeError, match="positional"):  # no order but the C signature's
+        kernel((1, 1, 1), (128, 1, 1), 1, 2, 3, 4, 5)
+    with recorded_launches() as made:
+        kernel((1, 1, 1), (128, 1, 1), n=5, out=4, alpha=3, residual=2, head=1)
+    assert made[0][3] == (1, 2, 3, 4, 5)
 
 
 class DerivedGPUArray(FakeGPUArray):

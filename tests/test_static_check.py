@@ -81,3 +81,24 @@ ptxas info    : Used 80 registers, used 1 barriers, 2048 bytes smem, 380 bytes c
     e = parse_ptxas(log)["pool_forward"]
     assert (e.registers, e.stack_bytes, e.spill_store_bytes, e.spill_load_bytes,
             e.static_shared_bytes) == (80, 8, 4, 12, 2048)
+
+
+@needs_nvcc
+def test_an_nvcc_warning_fails_the_variant(tmp_path):
+    """What a user's compile would print counts against the variant: two dynamic shared-memory
+    declarations of different linkage (FrdHead's warning 1556 until it was fixed)."""
+    (tmp_path / "warn.cu").write_text('''#include "heads_common.cuh"
+template <int N> __device__ void stage(float* out) {
+    extern __shared__ float4 smem4[];
+    out[threadIdx.x] = reinterpret_cast<float*>(smem4)[N];
+}
+extern "C" __global__ void warn_forward(float* out) {
+    extern __shared__ float4 smem4[];
+    stage<1>(out);
+    out[0] += reinterpret_cast<float*>(smem4)[0];
+}
+''')
+    from pycuda_heads.verify.static_check import check_variant
+    report = check_variant("warn", {"BLOCK": 32}, source_dir=tmp_path)
+    assert not report.ok
+    assert any("nvcc:" in p and "1556" in p for p in report.problems()), report.problems()

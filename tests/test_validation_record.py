@@ -88,9 +88,10 @@ def test_a_tuned_entry_is_recorded_and_hashed_at_its_own_template(monkeypatch):
         "passed": True, "max_rel_err": 0.0, "checks": {}, "failures": []})
     wide = {"N_HORIZONS": 8, "HIDDEN_DIM": 512}
     params = {"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 1}
-    table = {"entries": [{"kernel": "pool.forward", "template": wide,
-                          "shape": {"B": 1024, "K": 128}, "params": params}]}
     cat = catalog()
+    table = {"entries": [{"kernel": "pool.forward", "template": wide,
+                          "shape": {"B": 1024, "K": 128}, "params": params,
+                          "source_hash": op_source_hash(cat["pool.forward"].op)}]}
     *_, (spec, got_params, source, shapes, template) = validation.variants_to_check(cat, table)
     assert (spec.id, got_params, source, template) == ("pool.forward", params, "tuned", wide)
     assert shapes == [(wide, {"B": 1024, "K": 128})]
@@ -102,3 +103,16 @@ def test_a_tuned_entry_is_recorded_and_hashed_at_its_own_template(monkeypatch):
     suite = spec.template(SUITE_TEMPLATE)
     assert v["variant_hash"] != variant_hash(render(spec.family, {**suite, **params},
                                                     spec.source_dir))
+
+
+def test_an_entry_tuned_for_other_sources_is_not_validated_as_tuned():
+    """The op never applies a stale entry, so validate does not check it as a tuned variant."""
+    from pycuda_heads.verify import validation
+    cat = catalog()
+    entry = {"kernel": "gate.forward", "template": {"N_HORIZONS": 5}, "shape": {"B": 3},
+             "params": {"BLOCK": 64, "ITEMS": 2}}
+    fresh = {**entry, "source_hash": op_source_hash(cat["gate.forward"].op)}
+    stale = {**entry, "source_hash": "0123456789abcdef"}
+    tuned = lambda e: [v for v in validation.variants_to_check(cat, {"entries": [e]})  # noqa: E731
+                       if v[2] == "tuned"]
+    assert len(tuned(fresh)) == 1 and tuned(stale) == []

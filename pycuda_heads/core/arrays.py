@@ -10,7 +10,7 @@ from typing import Any, Iterator, Mapping, MutableMapping, Sequence
 import numpy as np
 
 from .device import allocator, cuda
-from .runtime import scope, scoped
+from .runtime import QUIET, scope, scoped
 
 # Kernels index elements with 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1
@@ -266,7 +266,7 @@ def empty(shape: tuple[int, ...], dtype: type = np.float32) -> Any:
     cls, fields = _array_fields(shape, _F32 if dtype is np.float32 else np.dtype(dtype))
     nbytes = fields["nbytes"]
     now = scope()
-    if now.source is not None or now.poison or not nbytes:
+    if now is not QUIET or not nbytes:
         return _sourced(cls, fields, nbytes, now)
     return _new_array(cls, fields, allocator()(nbytes), None)
 
@@ -277,7 +277,7 @@ def empty_parts(*shapes: tuple[int, ...], align: int = 256) -> list[Any]:
     one row): what a launch that needs several buffers pays one pool call for."""
     layout, nbytes = _packed(shapes, align)
     now = scope()
-    if now.source is not None or now.poison:  # the memory source or the NaN fill sees one buffer
+    if now is not QUIET:  # the memory source or the NaN fill sees one buffer
         block = empty((nbytes // 4,))
         at = int(block.gpudata)
     else:

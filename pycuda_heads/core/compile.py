@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import operator
+import keyword
 import os
 import struct
 import threading
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .device import GpuUnavailableError, bindings, checked, compute_capability, cuda
-from .runtime import RUNTIME, scope, scoped
+from .runtime import QUIET, RUNTIME, scope, scoped
 from .source import render, signature, variant_hash
 
 log = logging.getLogger("pycuda_heads")
@@ -50,8 +51,46 @@ def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
     ``PdlKernel`` where the device and cuda-bindings allow it."""
     pdl = pdl and pdl_supported()
     key = (family, str(source_dir), entry, tuple(sorted(constants.items())), pdl)
-    return RUNTIME.cached(RUNTIME.kernels, key, lambda: (PdlKernel if pdl else Kernel)(
-        family, entry, constants, source_dir))
+    def make() -> Kernel:
+        source = render(family, constants, source_dir)
+        params = signature(source, entry)
+        cls = _named_launch(PdlKernel if pdl else Kernel, tuple(n for n, _ in params))
+        return cls(entry, constants, source, "".join(t for _, t in params))
+    return RUNTIME.cached(RUNTIME.kernels, key, make)
+
+
+# A kernel's call, generated per C signature: the interpreter binds the named arguments (a
+# ``**kwargs`` dict would cost about 1 us a launch), and the common case (no recording, capture
+# or synchronisation in this thread) is one identity test past the launch itself.
+_CALL = """\
+def __call__(self, grid, block, /, *, {names}shared=0, stream=None):
+    values = ({values})
+    try:
+        if shared > self._shared_optin:
+            self._opt_in(shared)
+            self._shared_optin = shared
+        self._launch(grid, block, self._pack(self._format, *values), shared, stream)
+    except Exception as exc:
+        self._failed(exc, grid, block, values, shared)
+    if self._sync or scope() is not QUIET:
+        self._observe(grid, block, values, shared, stream)
+"""
+
+
+@lru_cache(maxsize=None)
+def _named_launch(base: type, params: tuple[str, ...]) -> type:
+    """``base`` whose call ``kernel(grid, block, name=value, ..., shared=, stream=)`` takes the
+    C parameters ``params`` by name and launches them in the signature's order."""
+    bad = [p for p in params if keyword.iskeyword(p) or p in ("self", "grid", "block", "shared",
+                                                               "stream", "values", "exc")]
+    if bad:
+        raise ValueError(f"kernel parameters {bad} clash with Python or the launch's own names")
+    code = _CALL.format(names="".join(f"{p}, " for p in params),
+                        values="".join(f"{p}, " for p in params))
+    namespace: dict[str, Any] = {"scope": scope, "QUIET": QUIET}
+    exec(code, namespace)  # noqa: S102 - C identifiers read by ``signature``
+    return type(base.__name__, (base,), {"__call__": namespace["__call__"], "params": params,
+                                         "__doc__": base.__doc__})
 
 
 def pdl_supported() -> bool:
@@ -81,23 +120,15 @@ def _private_pack() -> Any:
 class Kernel:
     """One prepared kernel entry of one variant. Its parameters, in order and with their
     types, are read from its C signature; a launch names each argument, so the order is
-    written in the ``.cu`` file alone. Launches are checked."""
+    written in the ``.cu`` file alone. Launches are checked. Made by ``get_kernel``."""
 
-    def __init__(self, family: str, entry: str, constants: Mapping[str, Any],
-                 source_dir: Path | None = None):
+    #: the C parameter names, in launch order
+    params: tuple[str, ...] = ()
+
+    def __init__(self, entry: str, constants: Mapping[str, Any], source: str, types: str):
         self.name = entry
         self.constants = dict(constants)
-        source = render(family, constants, source_dir)
-        params = signature(source, entry)
-        #: the C parameter names, in launch order
-        self.params = tuple(name for name, _ in params)
-        clash = {"shared", "stream"} & set(self.params)
-        if clash:
-            raise ValueError(f"{entry}: parameters may not be called {sorted(clash)}: those "
-                             "names are the launch's own keywords")
-        self._order = operator.itemgetter(*self.params) if len(self.params) > 1 else (
-            lambda args, names=self.params: tuple(args[n] for n in names))
-        self._bind(source, "".join(t for _, t in params))
+        self._bind(source, types)
         self._shared_optin = STATIC_SHARED_LIMIT
         self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
 
@@ -120,38 +151,30 @@ class Kernel:
         self.function.set_attribute(cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     int(shared))
 
-    def __call__(self, grid: tuple[int, int, int], block: tuple[int, int, int], /, *,
-                 shared: int = 0, stream: Any = None, **args: Any) -> None:
-        """Launch on ``stream`` (a pycuda Stream; None: the legacy default stream) with every C
-        parameter given by name. The arguments are packed by the prepared format and handed to
-        the driver directly: this is the whole host cost of a launch beyond the driver's own."""
-        try:
-            values = self._order(args)
-        except KeyError as exc:
-            raise LaunchError(f"launch of {self.name}: no value for its parameter {exc}; it "
-                              f"takes {self.params}") from None
-        if len(args) != len(self.params):
-            raise LaunchError(f"launch of {self.name}: unknown arguments "
-                              f"{sorted(set(args) - set(self.params))}; it takes {self.params}")
-        try:
-            if shared > self._shared_optin:
-                self._opt_in(shared)
-                self._shared_optin = shared
-            self._launch(grid, block, self._pack(self._format, *values), shared, stream)
-            now = scope()
-            if now.recording is not None:
-                now.recording.append((self, grid, block, values, shared, stream))
-            if self._sync and not now.capturing:
-                cuda().Context.synchronize()
-        except LaunchError:
-            raise
-        except cuda().Error as exc:
+    def _failed(self, exc: Exception, grid: tuple, block: tuple, values: tuple,
+                shared: int) -> None:
+        if isinstance(exc, LaunchError):
+            raise exc
+        if isinstance(exc, cuda().Error):
             raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
                               f"shared={shared} B constants={self.constants}: {exc}") from exc
-        except Exception as exc:  # a wrong argument type: name the kernel, not pack()
-            raise LaunchError(f"launch of {self.name} could not be made: grid={grid} "
-                              f"block={block} shared={shared} B args="
-                              f"{dict(zip(self.params, values))}: {exc}") from exc
+        # a wrong argument type: name the kernel and its arguments, not pack()
+        raise LaunchError(f"launch of {self.name} could not be made: grid={grid} block={block} "
+                          f"shared={shared} B args={dict(zip(self.params, values))}: "
+                          f"{exc}") from exc
+
+    def _observe(self, grid: tuple, block: tuple, values: tuple, shared: int,
+                 stream: Any) -> None:
+        """After a launch made in a recording, or with synchronisation asked for."""
+        now = scope()
+        if now.recording is not None:
+            now.recording.append((self, grid, block, values, shared, stream))
+        if self._sync and not now.capturing:
+            try:
+                cuda().Context.synchronize()
+            except cuda().Error as exc:
+                raise LaunchError(f"launch of {self.name} failed: grid={grid} block={block} "
+                                  f"shared={shared} B constants={self.constants}: {exc}") from exc
 
     def bare(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
              shared: int, stream: Any) -> None:

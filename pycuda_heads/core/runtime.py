@@ -31,11 +31,13 @@ class Scope(NamedTuple):
     source: Any = None
 
 
-_SCOPE: ContextVar[Scope] = ContextVar("pycuda_heads_scope", default=Scope())
+#: the scope of a thread that is inside none of them
+QUIET = Scope()
+_SCOPE: ContextVar[Scope] = ContextVar("pycuda_heads_scope", default=QUIET)
 
 
-def scope() -> Scope:
-    return _SCOPE.get()
+#: this thread's ``Scope`` (the variable's own getter: it is on every launch's path)
+scope = _SCOPE.get
 
 
 @contextmanager

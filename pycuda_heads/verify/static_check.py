@@ -57,6 +57,8 @@ class StaticReport:
     variant: str
     atomics: list[str] = field(default_factory=list)
     entries: dict[str, EntryResources] = field(default_factory=dict)
+    #: nvcc's warnings on the variant: a user's compile would print each of them
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def spills(self) -> bool:
@@ -64,12 +66,13 @@ class StaticReport:
 
     @property
     def ok(self) -> bool:
-        return not self.atomics and not self.spills and bool(self.entries)
+        return not self.atomics and not self.spills and not self.warnings and bool(self.entries)
 
     def problems(self) -> list[str]:
         out = [f"atomic instruction {a}" for a in self.atomics]
         out += [f"{name} spills {e.spill_store_bytes} B stores / {e.spill_load_bytes} B loads"
                 for name, e in self.entries.items() if e.spill_store_bytes or e.spill_load_bytes]
+        out += [f"nvcc: {w}" for w in self.warnings]
         if not self.entries:
             out.append("no kernel entry was compiled")
         return out
@@ -139,9 +142,9 @@ def _check(family: str, constants: Mapping[str, Any], arch: str,
     key = variant_hash(source, (*NVCC_OPTIONS, arch, nvcc_version()))
     cached = _cache_dir() / f"{key}.json"
     report = StaticReport(family, {k: int(v) for k, v in constants.items()}, arch, key)
-    if cached.is_file():
-        data = json.loads(cached.read_text())
-        report.atomics = data["atomics"]
+    data = json.loads(cached.read_text()) if cached.is_file() else {}
+    if "warnings" in data:  # a result of before warnings were kept is made again
+        report.atomics, report.warnings = data["atomics"], data["warnings"]
         report.entries = {k: EntryResources(**v) for k, v in data["entries"].items()}
         return report
     compute = arch.replace("sm_", "compute_")
@@ -149,15 +152,17 @@ def _check(family: str, constants: Mapping[str, Any], arch: str,
         cu, ptx = Path(tmp) / "variant.cu", Path(tmp) / "variant.ptx"
         cu.write_text(source)
         try:
-            _run(["nvcc", *NVCC_OPTIONS, f"-arch={compute}", "--ptx", "-o", str(ptx), str(cu)],
-                 family)
+            log = _run(["nvcc", *NVCC_OPTIONS, f"-arch={compute}", "--ptx", "-o", str(ptx),
+                        str(cu)], family)
         except RuntimeError as exc:
             raise RuntimeError(_explain(str(exc), family, constants)) from None
+        report.warnings = [line.strip() for line in log.splitlines()
+                           if "warning" in line and not line.startswith("Remark")]
         text = ptx.read_text()
         report.atomics = find_atomics(text)
         log = _run(["ptxas", f"-arch={arch}", "-v", "-o", str(Path(tmp) / "v.cubin"), str(ptx)], family)
         report.entries = parse_ptxas(log)
-    records.write_json(cached, {"atomics": report.atomics,
+    records.write_json(cached, {"atomics": report.atomics, "warnings": report.warnings,
                                 "entries": {k: asdict(v) for k, v in report.entries.items()}})
     return report
 

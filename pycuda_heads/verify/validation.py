@@ -70,7 +70,8 @@ def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
                       ) -> list[tuple[KernelSpec, dict[str, Any], str, Shapes, dict[str, int]]]:
     """(kernel, params, source, shapes, template): defaults on the full grid, recorded at the
     suite template, then the entries of the tuned ``table`` at their shape, recorded at the
-    template they were tuned at (a wide model size for some)."""
+    template they were tuned at (a wide model size for some). An entry tuned for other sources
+    of its family is left out: the op never applies it, so it is no tuned variant."""
     out = []
     for s in cat:  # where the default cannot run, the op runs its nearest valid point
         by_params: dict[tuple, Shapes] = {}
@@ -80,7 +81,8 @@ def variants_to_check(cat: Catalog, table: Mapping[str, Any] | None
         out += [(s, dict(p), "default" if dict(p) == s.space.default else "default (nearest "
                  "valid)", shapes, s.template(SUITE_TEMPLATE)) for p, shapes in by_params.items()]
     for entry in (table or {}).get("entries", ()):  # wide-model templates included
-        if entry["kernel"] in cat:
+        if entry["kernel"] in cat and \
+                entry.get("source_hash") == op_source_hash(cat[entry["kernel"]].op):
             spec = cat[entry["kernel"]]
             template = spec.template({**SUITE_TEMPLATE, **entry["template"]})
             out.append((spec, entry["params"], "tuned", [(template, entry["shape"])], template))
