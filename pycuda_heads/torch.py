@@ -15,7 +15,12 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # one line for the user, not a chain of import frames
+    raise ImportError('pycuda_heads.torch needs PyTorch: pip install "pycuda-heads[torch]"') \
+        from None
 
 from .core.arrays import memory_from, wrap
 from .core.compile import capturing

@@ -62,3 +62,14 @@ def test_every_default_is_a_valid_point_of_its_space(kernel):
     template = spec.template(SUITE_TEMPLATE)
     assert spec.space.violated(dict(spec.space.default), template) is None
     assert dict(spec.space.default) in spec.space.points(template)
+
+
+def test_the_torch_module_without_torch_says_which_extra_to_install():
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here: the message is for installs without it")
+    proc = subprocess.run([sys.executable, "-c", "import pycuda_heads.torch"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == ('ImportError: pycuda_heads.torch needs '
+                                                    'PyTorch: pip install "pycuda-heads[torch]"')
