@@ -2,11 +2,14 @@
 ``reports/<gpu>/``, git state and crash-safe writes. Imports nothing of the package."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -96,12 +99,60 @@ def _umask() -> int:
 _UMASK = _umask()
 
 
+#: a temporary file of another machine's writer (or of an older, unnamed one) this much older
+#: than now was left by a killed writer: no write takes that long
+STALE_TMP_S = 600.0
+_HOST = socket.gethostname()
+
+
+def _remove_stale_tmp(path: Path) -> None:
+    """Delete the temporary files of ``path`` that killed writers left: those of a dead pid on
+    this machine, and any others older than ``STALE_TMP_S``. A live writer's is kept."""
+    prefix = f".{path.name}."
+    mine = f"{_HOST}-"
+    for tmp in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        # .<name>.<host>-<pid>.<random>.tmp; the random part of mkstemp holds no dot
+        tag = tmp.name[len(prefix):-len(".tmp")].rpartition(".")[0]
+        pid = tag[len(mine):] if tag.startswith(mine) else ""
+        try:
+            if pid.isdigit():
+                stale = not pid_alive(int(pid))
+            else:
+                stale = time.time() - tmp.stat().st_mtime > STALE_TMP_S
+            if stale:
+                tmp.unlink()
+        except OSError:  # another writer removed or renamed it first
+            pass
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs. A zombie counts as dead: it is gone
+    but for its exit status, which a parent waiting on another child may not collect for hours
+    (``os.kill(pid, 0)`` alone calls it alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: os.kill's answer stands
+    # the state follows the command name, which is in parentheses and may hold any character
+    return stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"])
+
+
 def write_text(path: Path | str, text: str) -> None:
     """Write ``text`` so that a reader sees the old file or the new one, never a part: a unique
-    temporary name in the same folder, fsync, then rename. Concurrent writers never collide."""
+    temporary name in the same folder, fsync, then rename. Concurrent writers never collide.
+    The temporary name carries the writer's host and pid, so that a later write removes the
+    temporary file a killed writer left (``_remove_stale_tmp``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_stale_tmp(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_HOST}-{os.getpid()}.", suffix=".tmp",
+                               dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a results file is for everyone
         with os.fdopen(fd, "w") as f:
@@ -137,7 +188,6 @@ def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int,
     from ``started`` (``time.time()``) to now, to ``<gpu_dir>/phases.json``. ``subset`` names
     the part of the phase a narrowed run did (e.g. "kernels pool.forward"); empty: all of it."""
     import datetime as dt
-    import time
     path = Path(gpu_dir) / PHASES_JSON
     try:
         phases = read_json(path, "phase log") if path.is_file() else []

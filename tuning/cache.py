@@ -78,12 +78,18 @@ class Evaluation:
 
 
 def checked(ev: Evaluation) -> Evaluation:
-    """``ev``, or an ERROR when its time is NaN or infinite (never a best, never exported)."""
+    """``ev``, or an ERROR when a time is NaN, infinite, zero or negative (a broken
+    measurement: never a best, never exported)."""
     times = (ev.time_us, ev.p20_us, ev.p80_us)
-    if ev.state != COMPLETE or all(t is None or math.isfinite(t) for t in times):
+    if ev.state != COMPLETE or all(t is None or (math.isfinite(t) and t > 0) for t in times):
         return ev
+    what = "non-finite" if any(t is not None and not math.isfinite(t) for t in times) \
+        else "non-positive"
+    reason = (f"{what} timing {ev.time_us!r} us (p20 {ev.p20_us!r}, p80 {ev.p80_us!r}) "
+              f"for {dict(ev.params)}")
+    log.warning("rejected %s", reason)
     return replace(ev, state=ERROR, time_us=None, p20_us=None, p80_us=None, validated=False,
-                   reason=f"non-finite timing {ev.time_us!r}")
+                   reason=reason)
 
 
 class TuningCache:
@@ -135,9 +141,14 @@ class TuningCache:
         except TypeError as exc:
             raise ValueError(f"tuning cache {self.path}: malformed evaluation ({exc}); "
                              "delete the file") from None
+        history = data.get("history", ())
+        if not isinstance(history, list) or not all(isinstance(h, dict) and "study" in h
+                                                     for h in history):
+            raise ValueError(f"tuning cache {self.path}: a history entry names no study; "
+                             "delete the file")
         # per study, the longer history is the later one: a study only gains finished trials
         studies: dict[str, list[dict[str, Any]]] = {}
-        for source in (data.get("history", ()), self.history):
+        for source in (history, self.history):
             mine: dict[str, list[dict[str, Any]]] = {}
             for h in source:
                 mine.setdefault(h["study"], []).append(h)

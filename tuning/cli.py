@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reports", type=Path, default=Path("reports"))
     p.add_argument("--seeds", type=int, default=5, help="TPE seeds 0..N-1")
     p.add_argument("--within", type=float, default=0.03)
+    p.add_argument("--replace", action="store_true",
+                   help="replay the tasks efficiency.json already holds too, replacing their "
+                        "entries (default: keep them and add only the missing ones)")
     p.set_defaults(func=cmd_efficiency)
 
 
@@ -126,6 +129,10 @@ def task_args(kernel: str, shape: str, template: str | None
             dims[option] = parse_dims(text)
         except ValueError as exc:
             raise ValueError(f"{option}: {exc}") from None
+        names = [part.partition("=")[0].strip() for part in text.split(",")]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # parse_dims keeps the last value silently
+            raise ValueError(f"{option} {text!r}: {', '.join(repeated)} given more than once")
         given = set(dims[option])
         if given - allowed or (need_all and given != allowed):
             raise ValueError(f"{option} {text!r}: {kernel} takes {', '.join(sorted(allowed))}"
@@ -139,7 +146,12 @@ def task_args(kernel: str, shape: str, template: str | None
 def cmd_sweep(args: argparse.Namespace) -> int:
     from pycuda_heads.catalog import catalog
     tasks = catalog().tasks()
-    kernels = args.kernels.split(",") if args.kernels else [s.id for s in catalog()]
+    kernels = [k.strip() for k in args.kernels.split(",")] if args.kernels is not None \
+        else [s.id for s in catalog()]
+    if not all(kernels):  # '' would otherwise select nothing, or everything
+        print(f"pycuda-heads sweep: --kernels {args.kernels!r} names an empty kernel; give "
+              "comma-separated kernel ids, or leave --kernels out for all", file=sys.stderr)
+        return 2
     unknown = sorted(set(kernels) - {s.id for s in catalog()})
     if unknown:
         print(f"unknown kernels {unknown}; the suite has {sorted(catalog().specs)}",
@@ -213,6 +225,11 @@ def _run(args: argparse.Namespace, specs: list) -> int:
         print(exc, file=sys.stderr)
         return 2
     try:
+        _check_caches(Path(args.out), tasks)
+    except ValueError as exc:
+        print(f"pycuda-heads {args.command}: {exc}", file=sys.stderr)
+        return 2
+    try:
         outcomes = run_sweep(
             tasks,
             evaluator_for=lambda t: GpuEvaluator(t, reps=args.reps, warmup=args.warmup),
@@ -241,6 +258,22 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     records.log_phase(Path(args.out) / gpu.slug, args.command, started, status,
                       "kernels " + args.kernels if getattr(args, "kernels", None) else "")
     return status
+
+
+def _check_caches(out: Path, tasks: list) -> None:
+    """ValueError naming the cache file of a task that the tuner cannot take in: loaded here
+    as the tuner will, since an error in the middle of a sweep would name no file."""
+    from .cache import TuningCache
+    from .storage import cache_path, tuning_dir
+    for task in tasks:
+        path = cache_path(tuning_dir(out, task.slug), task)
+        if not path.is_file():
+            continue
+        try:
+            TuningCache.load(task, path)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"tuning cache {path} is malformed ({type(exc).__name__}: {exc}); "
+                             "delete or restore it") from None
 
 
 def _check_tries(tries: list[dict], kernels: list[str]) -> None:
@@ -274,11 +307,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not slugs:
         print(f"no tuning data under {args.reports}", file=sys.stderr)
         return 2
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        print(f"pycuda-heads export: --out {args.out} is a file; give the table folder",
+              file=sys.stderr)
+        return 2
     for slug in slugs:
         started = time.time()
         try:
             path = export(args.reports, slug, args.out or TABLE_DIR)
-        except (FileNotFoundError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # FileNotFoundError: no data for the sources
             print(exc, file=sys.stderr)
             return 2
         records.log_phase(Path(args.reports) / slug, "export", started, 0)
@@ -292,13 +329,18 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     from .efficiency import run_efficiency
     from .export import slugs_with_data
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    slugs = [args.slug] if args.slug else slugs_with_data(args.reports)
-    if not slugs:
+    known = slugs_with_data(args.reports)
+    if not known:
         print(f"no tuning data under {args.reports}", file=sys.stderr)
         return 2
-    for slug in slugs:
+    if args.slug is not None and args.slug not in known:
+        print(f"pycuda-heads efficiency: --slug {args.slug!r} has no tuning data under "
+              f"{args.reports}; GPUs with data: {', '.join(known)}", file=sys.stderr)
+        return 2
+    for slug in [args.slug] if args.slug else known:
         try:
-            path = run_efficiency(args.reports, slug, range(args.seeds), args.within)
+            path = run_efficiency(args.reports, slug, range(args.seeds), args.within,
+                                  replace=args.replace)
         except ValueError as exc:  # a corrupt cache names its file, as in export
             print(exc, file=sys.stderr)
             return 2

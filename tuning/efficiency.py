@@ -3,6 +3,7 @@ exhaustive cache over a few seeds and count the trials it needs to come within 3
 exhaustive best. Written to ``reports/<slug>/tuning/efficiency.json`` for the reports."""
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 from pathlib import Path
@@ -24,6 +25,7 @@ from .cache import (
 from .progress import Budget, Progress
 from .session import Session
 from .spaces import TuningTask, all_points, point_key
+from .export import read_cache
 from .storage import cache_files, tuning_dir
 from .study import make_sampler, run_tpe
 
@@ -73,7 +75,8 @@ def efficiency_of(data: dict[str, Any], seeds: Sequence[int], within: float = 0.
     runs = [trials_to_within(task, replay, best.time_us * (1 + within), seed, 2 * len(points))
             for seed in seeds]
     trials = [r[0] for r in runs]
-    return {"kernel": task.kernel, "shape": dict(task.shape), "n_points": len(points),
+    return {"kernel": task.kernel, "template": dict(task.template), "shape": dict(task.shape),
+            "n_points": len(points),
             "n_timed": sum(e.time_us is not None for e in recorded.evaluations),
             "exhaustive_best_us": best.time_us, "exhaustive_best_params": best.params,
             "within": within, "seeds": list(seeds), "trials_to_3pct": trials,
@@ -82,20 +85,42 @@ def efficiency_of(data: dict[str, Any], seeds: Sequence[int], within: float = 0.
 
 
 def run_efficiency(reports: Path, slug: str, seeds: Sequence[int] = range(5),
-                   within: float = 0.03) -> Path:
+                   within: float = 0.03, replace: bool = False) -> Path:
+    """Add the records of the exhaustive caches of ``slug`` to its efficiency.json. The
+    entries already there are kept, and their tasks not replayed again, unless ``replace``:
+    the file ships with the reports, and one run may see only some of the caches."""
     tdir = tuning_dir(reports, slug)
-    rows = []
+    out = tdir / records.EFFICIENCY_JSON
+    old = records.read_json(out, "tuner efficiency table") if out.is_file() else []
+    if not isinstance(old, list) or not all(isinstance(r, dict) for r in old):
+        raise ValueError(f"tuner efficiency table {out} is not a list of records; delete or "
+                         "restore it")
+    rows = {_key(r): r for r in old}
     for path in cache_files(tdir):
-        record = efficiency_of(records.read_json(path, "tuning cache"), list(seeds), within)
+        data = read_cache(path)
+        if _key(data) in rows and not replace:
+            log.info("%s: already in %s; kept (--replace to replay it)", path.name, out.name)
+            continue
+        record = efficiency_of(data, list(seeds), within)
         if record is None:
             log.info("%s: not an exhaustive cache with a validated best; skipped", path.name)
         else:
-            rows.append(record)
+            rows[_key(record)] = record
             log.info("%s %s: trials to within %.0f%%: %s", record["kernel"], record["shape"],
                      100 * within, record["trials_to_3pct"])
-    out = tdir / records.EFFICIENCY_JSON
-    records.write_json(out, rows)
+    records.write_json(out, list(rows.values()))
     return out
+
+
+def _key(record: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What a record is of: kernel, template, shape. Records written before they named their
+    template were of the suite template."""
+    from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
+    kernel, template = record.get("kernel"), record.get("template")
+    if template is None and isinstance(kernel, str) and kernel in catalog():
+        template = catalog()[kernel].template(SUITE_TEMPLATE)
+    return (str(kernel), json.dumps(template, sort_keys=True),
+            json.dumps(record.get("shape"), sort_keys=True))
 
 
 def _median(values: list[int | None]) -> float | None:

@@ -45,7 +45,7 @@ def build_table(reports: Path, slug: str,
     tdir = tuning_dir(reports, slug)
     caches, stale = [], []
     for path in cache_files(tdir):
-        c = records.read_json(path, "tuning cache")
+        c = read_cache(path)
         now = installed(c["kernel"])
         if now is not None and c.get("source_hash") != now:
             log.warning("%s: tuned for other kernel sources (%s, installed %s); not exported",
@@ -101,6 +101,41 @@ def build_table(reports: Path, slug: str,
         },
         "entries": entries,
     }
+
+
+# what export and efficiency read of a cache without a further check, and its JSON types
+_FIELDS = {"kernel": str, "template": dict, "shape": dict, "gpu": str, "gpu_slug": str,
+           "default_params": dict, "evaluations": list, "history": list}
+_EVALUATION = ("params", "state", "time_us", "p20_us", "p80_us", "reason")
+
+
+def read_cache(path: Path) -> dict[str, Any]:
+    """The JSON of the cache file ``path``; a ValueError in one line naming the file when it is
+    not a cache record."""
+    data = records.read_json(path, "tuning cache")
+    problem = _cache_problem(data)
+    if problem:
+        raise ValueError(f"tuning cache {path} is not a cache record ({problem}); delete or "
+                         "restore it")
+    return data
+
+
+def _cache_problem(c: Any) -> str | None:
+    if not isinstance(c, dict):
+        return f"a JSON {type(c).__name__}, not an object"
+    for key, kind in _FIELDS.items():
+        if not isinstance(c.get(key), kind):
+            return f"{key!r} missing or not a {kind.__name__}"
+    evals = c["evaluations"]
+    if not all(isinstance(e, dict) and all(k in e for k in _EVALUATION) for e in evals):
+        return f"an evaluation lacks one of {', '.join(_EVALUATION)}"
+    if not all(isinstance(h, dict) and "study" in h for h in c["history"]):
+        return "a history entry names no study"
+    best = c.get("best")
+    if best is not None and not (isinstance(best, dict) and "time_us" in best
+                                 and any(e["params"] == best.get("params") for e in evals)):
+        return "'best' is not one of its evaluations"
+    return None
 
 
 def _finite(t: Any) -> bool:

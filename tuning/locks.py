@@ -93,13 +93,3 @@ class JournalLock:
 
     def release(self) -> None:
         self._lock.release()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -9,7 +9,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
@@ -26,6 +26,9 @@ log = logging.getLogger("pycuda_heads.tuning")
 HEARTBEAT_S = 10
 GRACE_S = 60
 POSTGRES = ("postgresql://", "postgresql+psycopg://")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+#: how every record of an Optuna journal begins (``json.dumps(..., separators=(",", ":"))``)
+_RECORD = b'{"op_code":'
 INSTALL_DISTRIBUTED = ("PostgreSQL storage needs psycopg: pip install '.[distributed]' from a "
                        "checkout of pycuda-heads")
 
@@ -55,12 +58,20 @@ def check_storage(spec: str | None) -> None:
         except ImportError:
             raise ValueError(INSTALL_DISTRIBUTED) from None
     elif spec.startswith("sqlite:///"):
-        folder = Path(spec[len("sqlite:///"):]).parent
-        if not folder.is_dir():
-            raise ValueError(f"--storage {spec}: folder {folder} does not exist")
+        path = Path(spec[len("sqlite:///"):])
+        if not path.parent.is_dir():
+            raise ValueError(f"--storage {spec}: folder {path.parent} does not exist")
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb") as f:
+                if f.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                    raise ValueError(f"--storage {spec}: {path} is not a SQLite database")
     elif "://" in spec:
         raise ValueError(f"--storage {spec}: unsupported; use a journal file path, "
                          "sqlite:///FILE or postgresql://USER@HOST/DB")
+    elif Path(spec).is_dir():
+        raise ValueError(f"--storage {spec} is a folder; give a journal file path")
+    elif Path(spec).is_file():
+        _scan_journal(Path(spec), strict=False)  # unlocked: the final word is open_storage's
 
 
 def open_storage(spec: str | BaseStorage | None, tdir: Path, heartbeat_s: int = HEARTBEAT_S,
@@ -70,8 +81,8 @@ def open_storage(spec: str | BaseStorage | None, tdir: Path, heartbeat_s: int = 
     string is the path of a journal file."""
     if isinstance(spec, BaseStorage):
         return spec
-    check_storage(spec)
     if spec and "://" in spec:
+        check_storage(spec)
         return _rdb(spec, heartbeat_s, grace_s)
     path = Path(spec) if spec else Path(tdir) / records.JOURNAL
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +92,7 @@ def open_storage(spec: str | BaseStorage | None, tdir: Path, heartbeat_s: int = 
         repair_journal(path)
     finally:
         lock.release()
-    return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    return JournalStorage(TornTolerantJournal(path, lock))
 
 
 # what a worker sees when another creates the same schema at the same moment
@@ -93,7 +104,8 @@ def _rdb(url: str, heartbeat_s: int, grace_s: int) -> RDBStorage:
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") \
         else {"pool_pre_ping": True}
-    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+    from sqlalchemy.exc import (DatabaseError, IntegrityError, OperationalError,
+                                ProgrammingError)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning,
                             message=".*(heartbeat|Heartbeat)")  # the documented way, flagged new
     for attempt in range(10):
@@ -102,37 +114,112 @@ def _rdb(url: str, heartbeat_s: int, grace_s: int) -> RDBStorage:
                               grace_period=grace_s,
                               heartbeat_stale_trial_callback=optuna.storages.
                               RetryHeartbeatStaleTrialCallback())
-        except (IntegrityError, OperationalError, ProgrammingError) as exc:
+        except DatabaseError as exc:  # also a file that is not a database
             # workers creating the schema at once: one wins, the others see its tables
             # (PostgreSQL reports a table created meanwhile as DuplicateTable, a ProgrammingError)
-            if attempt == 9 or not any(race in str(exc) for race in _SCHEMA_RACES):
+            races = (IntegrityError, OperationalError, ProgrammingError)
+            if attempt == 9 or not isinstance(exc, races) or \
+                    not any(race in str(exc) for race in _SCHEMA_RACES):
                 raise ValueError(f"storage {url}: {str(exc).splitlines()[0]}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
 
 def repair_journal(path: Path) -> None:
-    """Drop a last line that a killed writer left torn; a ValueError naming the file and the
-    fix when an earlier line is corrupt. Call with the journal lock held."""
+    """Refuse (ValueError naming the file) a file that is not an Optuna journal; cut the torn
+    last line a killed writer left in one that is. Torn records inside the file are skipped as
+    they are read (``TornTolerantJournal``). Call with the journal lock held."""
     if not path.is_file():
         return
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    keep = len(data) - len(lines[-1])  # a tail without its newline was never finished
-    for number, line in enumerate(lines[:-1], start=1):
-        try:
-            json.loads(line)
-        except ValueError:
-            if number < len(lines) - 1:
-                raise ValueError(
-                    f"Optuna journal {path} line {number} is corrupt; restore the file or delete "
-                    "it to start the studies afresh (the tuning caches keep every timing, so "
-                    "nothing is timed again)") from None
-            keep -= len(line) + 1
-    if keep < len(data):
+    end = _scan_journal(path, strict=True)
+    size = path.stat().st_size
+    if end < size:
         log.warning("%s: dropped a torn last line (%d bytes) left by a killed run", path,
-                    len(data) - keep)
-        os.truncate(path, keep)
+                    size - end)
+        os.truncate(path, end)
+
+
+def _scan_journal(path: Path, strict: bool) -> int:
+    """The length of the complete lines of the journal ``path``, each a record or a torn one
+    followed by a record; a ValueError naming the file when one is not. ``strict`` (the lock
+    held, so no writer is mid-append): also refuse an unfinished tail unless complete lines
+    precede it, so a file is never cut to nothing."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    for number, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        if _parse_line(line)[0] is None:
+            raise ValueError(_not_journal(path, f"line {number} is not a journal record")
+                             if number == 1 else _corrupt(path, number))
+    tail = data[end:]
+    if tail and not tail.startswith(b"{"):  # a record, torn or not, starts with '{'
+        raise ValueError(_not_journal(path, "its last line is not a journal record")
+                         if end == 0 else _corrupt(path, data.count(b"\n") + 1))
+    if tail and strict and end == 0:
+        raise ValueError(_not_journal(path, "it holds no complete journal record; delete it "
+                                            "if a killed run left it so"))
+    return end
+
+
+def _not_journal(path: Path, why: str) -> str:
+    return (f"{path} is not an Optuna journal ({why}); give a journal file (new or existing), "
+            "sqlite:///FILE or postgresql://USER@HOST/DB")
+
+
+def _corrupt(path: Path, number: int) -> str:
+    return (f"Optuna journal {path} line {number} is corrupt; restore the file or delete it to "
+            "start the studies afresh (the tuning caches keep every timing, so nothing is timed "
+            "again)")
+
+
+def _parse_line(line: bytes) -> tuple[dict[str, Any] | None, int]:
+    """(record, bytes dropped before it) of one complete journal line; (None, ...) when it
+    holds no record. A writer killed mid-append leaves a partial record without its newline,
+    which the next writer's append continues on the same line: the record that ends the line
+    is the whole one, found where a record begins."""
+    start = 0
+    while start >= 0:
+        try:
+            record = json.loads(line[start:])
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("op_code"), int):
+            return record, start
+        start = line.find(_RECORD, start + 1)
+    return None, len(line)
+
+
+class TornTolerantJournal(JournalFileBackend):
+    """Optuna's journal file whose reader skips the partial record of a writer killed
+    mid-append, so the live workers and later resumes go on; Optuna's own reader stops at
+    such a line for good ("Expecting ':' delimiter", no file named).
+
+    Log numbers count records, each on one line; a line is read only once complete."""
+
+    def __init__(self, path: Path, lock: JournalLock):
+        super().__init__(str(path), lock_obj=lock)
+        self._path = Path(path)
+        self._offsets = {0: 0}  # record number -> byte offset of its line
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        number = log_number_from if log_number_from in self._offsets else 0
+        offset = self._offsets[number]
+        with open(self._path, "rb") as f:
+            f.seek(offset)
+            data = f.read()  # what is appended meanwhile is read by the next call
+        pos = 0
+        while (newline := data.find(b"\n", pos)) >= 0:
+            record, dropped = _parse_line(data[pos:newline])
+            if record is None:
+                raise ValueError(_corrupt(self._path, number + 1))
+            if dropped and number + 1 not in self._offsets:  # once per line and process
+                log.warning("%s line %d: skipped the partial record (%d bytes) of a writer "
+                            "killed mid-append", self._path, number + 1, dropped)
+            offset += newline + 1 - pos
+            pos = newline + 1
+            number += 1
+            self._offsets[number] = offset
+            if number > log_number_from:
+                yield record
 
 
 def open_study(task: TuningTask, storage: str | BaseStorage,

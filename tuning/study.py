@@ -24,9 +24,10 @@ from typing import Any, Callable, ContextManager
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from pycuda_heads.records import pid_alive
+
 from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
-from .locks import pid_alive
 from .progress import Bar, Budget, Progress
 from .session import Session
 from .spaces import (STARTUP_TRIALS, TuningTask, all_points, distributions, point_key,
@@ -97,6 +98,9 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
     task = session.task
     ran = 0
     startup = startup_points(task, trials, seed)
+    # a run killed between a tell and its cache save left the history short: rebuild it now,
+    # since a finished study runs no trial that would
+    sync_history(session, study)
     with progress.bar(remaining(study, "tpe", trials, task), task.label()) as bar:
         while not budget.expired() and not (stop is not None and stop()):
             with turn():

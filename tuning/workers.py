@@ -24,7 +24,9 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from .locks import FileLock, pid_alive
+from pycuda_heads.records import pid_alive
+
+from .locks import FileLock
 
 #: seconds between looks at the study while waiting for another worker's trial
 POLL_S = 0.05
