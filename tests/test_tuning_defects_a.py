@@ -140,3 +140,32 @@ def test_a_live_or_recent_writer_keeps_its_temporary_file(tmp_path):
     records.write_json(path, {"n": 1})
     left = {p.name for p in tmp_path.glob("*.tmp")}
     assert left == {live.name, elsewhere.name, unnamed.name, other_target.name}
+
+
+KILLED_SWEEP = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+from pathlib import Path
+from pycuda_heads.tuning.constraints import Feasibility
+from pycuda_heads.tuning.sweep import run_sweep
+from test_tuning import Synthetic, toy_static, toy_task
+
+class Killed(Synthetic):
+    def time(self, params):
+        os.kill(os.getpid(), signal.SIGKILL)  # no finally, no handler runs
+
+task = toy_task()
+run_sweep([task], evaluator_for=lambda t: Killed(), feasibility_for=lambda t: Feasibility(
+    t, toy_static), out=Path(sys.argv[1]), mode="tpe", trials=5)
+"""
+
+
+def test_a_killed_sweep_stays_in_the_run_log(tmp_path):
+    """The run is logged when it starts; killed before its end, it reads as killed."""
+    from pycuda_heads.tuning.storage import read_runs, tuning_dir
+    proc = subprocess.run([sys.executable, "-c", KILLED_SWEEP, str(tmp_path),
+                           os.path.dirname(__file__)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    [run_] = read_runs(tuning_dir(tmp_path, toy_task().slug))
+    assert run_["status"] == "killed" and run_["tasks"] == 1 and run_["tasks_done"] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 import warnings
 from pathlib import Path
@@ -231,12 +232,31 @@ def open_study(task: TuningTask, storage: str | BaseStorage,
 
 def read_runs(tdir: Path) -> list[dict[str, Any]]:
     """The log of tuning runs of one GPU (``runs.json`` next to the caches): when, how long,
-    how much was tried. Export sums it into the table's provenance."""
+    how much was tried. Export sums it into the table's provenance. A run that is logged as
+    running while its process is gone from this machine was killed: it reads as such."""
     path = Path(tdir) / records.RUNS_JSON
-    return records.read_json(path, "tuning run log") if path.is_file() else []
+    runs = records.read_json(path, "tuning run log") if path.is_file() else []
+    return [{**r, "status": "killed"} if _killed(r) else r for r in runs]
 
 
-def append_run(tdir: Path, record: dict[str, Any]) -> None:
+def _killed(run: dict[str, Any]) -> bool:
+    return (run.get("status") == "running" and run.get("host") == socket.gethostname()
+            and isinstance(run.get("pid"), int) and not records.pid_alive(run["pid"]))
+
+
+def log_run(tdir: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` into the run log: in place of the entry of the same run and worker (the
+    one written when it started), else at the end."""
     path = Path(tdir) / records.RUNS_JSON
+    key = (record.get("run_id"), record.get("worker"))
     with FileLock(f"{path}.lock"):
-        records.write_json(path, read_runs(tdir) + [record])
+        runs = records.read_json(path, "tuning run log") if path.is_file() else []
+        at = next((i for i, r in enumerate(runs) if (r.get("run_id"), r.get("worker")) == key),
+                  None)
+        if at is None:
+            runs.append(record)
+        else:
+            runs[at] = record
+        records.write_json(path, runs)
+
+

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import logging
 import os
+import socket
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -23,7 +24,7 @@ from .constraints import Feasibility
 from .progress import Budget, Progress
 from .session import Evaluator
 from .spaces import TuningTask, all_points, startup_points
-from .storage import append_run, cache_path, tuning_dir
+from .storage import cache_path, log_run, tuning_dir
 from .tune import TuneOutcome, tune
 
 log = logging.getLogger("pycuda_heads.tuning")
@@ -82,6 +83,9 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
     log.info("%d tasks: feasibility decided and variants prepared in %.1f s",
              len(tasks), budget.elapsed())
     outcomes: list[TuneOutcome] = []
+    # logged as running now, so that a run killed before its end stays in the log
+    _log_run(tasks, outcomes, out, run=run, started=started, mode=mode, trials=trials,
+             seed=seed, budget=budget, status="running")
     try:
         for task, feas in plans:
             if budget.expired():
@@ -91,20 +95,23 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
                                  progress=progress))
     finally:  # an interrupted run is logged too: its time counts in the provenance
         _log_run(tasks, outcomes, out, run=run, started=started, mode=mode, trials=trials,
-                 seed=seed, budget=budget)
+                 seed=seed, budget=budget,
+                 status="done" if len(outcomes) == len(tasks) and not any(
+                     o.stopped for o in outcomes) else "unfinished")
     return outcomes
 
 
 def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path, *,
              run: WorkerRun, started: str, mode: str, trials: int, seed: int,
-             budget: Budget) -> None:
+             budget: Budget, status: str) -> None:
     finished = {o.task.name for o in outcomes if not o.stopped}
     done = len(finished)
     stopped = done < len(tasks)
     missing = [f"{t.kernel} {dims_label(t.shape)}" for t in tasks if t.name not in finished]
     for slug in sorted({t.slug for t in tasks}):
-        append_run(tuning_dir(out, slug), {
+        log_run(tuning_dir(out, slug), {
             "command": run.command, "started": started, "wall_s": round(budget.elapsed(), 1),
+            "status": status, "host": socket.gethostname(), "pid": os.getpid(),
             "run_id": run.run_id, "workers": run.workers, "worker": run.worker,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "mode": mode, "seed": seed, "tasks": len(tasks), "tasks_done": done,
@@ -113,7 +120,7 @@ def _log_run(tasks: Sequence[TuningTask], outcomes: list[TuneOutcome], out: Path
             # which configurations this worker timed: duplicates across workers show here
             "timed_points": {o.task.name: o.timed_points for o in outcomes if o.timed_points},
             "unfinished": stopped, "missing": missing})
-    if stopped:
+    if stopped and status != "running":
         log.warning("stopped after %.0f s: %d of %d tasks done; re-run the same command to "
                     "resume", budget.elapsed(), done, len(tasks))
 
