@@ -17,9 +17,10 @@ from .ops.pool import PerHorizonAttentionPool
 from .ops.reduce import ReduceAxis0, reduce_axis0
 from .ops.residual import PerHorizonResidual
 from .ops.resgate import ResidualGate
+from .records import VERSION
 from .step import HeadStep
 
-__version__ = "0.1.0"
+__version__ = VERSION
 __all__ = ["Adam", "AlphaGate", "FrdHead", "FrdSoftmaxCE", "GpuUnavailableError", "HeadStep",
            "LaunchError", "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0",
            "ResidualGate", "gpu_available", "reduce_axis0", "synchronize", "__version__"]

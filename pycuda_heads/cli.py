@@ -8,6 +8,7 @@ import sys
 from typing import NoReturn, Sequence
 
 from .core.device import GpuUnavailableError
+from .records import VERSION
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +49,7 @@ def _tuner() -> object:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="pycuda-heads", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
+    parser.add_argument("--version", action="version", version=f"pycuda-heads {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     from . import smoke
     from .perf import bench

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+#: the library's version: the package's `__version__`, setup.cfg's and every bench row's
+VERSION = "0.1.0"
+
 # Files of one GPU's folder under reports/.
 BENCH_CSV = "bench.csv"
 VALIDATION_JSON = "validation.json"

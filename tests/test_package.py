@@ -73,3 +73,11 @@ def test_the_torch_module_without_torch_says_which_extra_to_install():
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == ('ImportError: pycuda_heads.torch needs '
                                                     'PyTorch: pip install "pycuda-heads[torch]"')
+
+
+def test_version_is_one_value_and_the_command_says_it():
+    from pycuda_heads import records
+    for argv in (["-m", "pycuda_heads", "--version"], ["-c", "import pycuda_heads as ph; "
+                                                             "print('pycuda-heads', ph.__version__)"]):
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+        assert proc.returncode == 0 and proc.stdout.strip() == f"pycuda-heads {records.VERSION}"

@@ -27,7 +27,6 @@ import json
 import logging
 import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -49,15 +48,6 @@ COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_v
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
            "reps", "python_call_us", "bare_launch_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
            "noisy", "config", "error")
-
-
-def _library_version() -> str:
-    """The installed distribution's version (the package root's ``__version__`` sits above perf
-    in the layering); "?" for a checkout run without installing, as the report shows it."""
-    try:
-        return metadata.version("pycuda-heads")
-    except metadata.PackageNotFoundError:
-        return "?"
 
 
 def library_op(specs: Sequence[KernelSpec], provider: str,
@@ -195,7 +185,7 @@ class Bench:
         self.peers, torch_version, self.torch_error = _load_peers(harness.torch_device)
         self.base = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(
                          timespec="seconds"),
-                     "commit": commit, "library_version": _library_version(),
+                     "commit": commit, "library_version": records.VERSION,
                      "torch_version": torch_version, **harness.env()}
         self._ops: dict[tuple[str, str], Any] = {}
         self.bandwidth = float("nan")  # GB/s, measured first thing in run()
