@@ -3,8 +3,11 @@ smoke, report."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import NoReturn, Sequence
 
 from .core.device import GpuUnavailableError
@@ -38,12 +41,38 @@ class _NoTuner:
         return 2
 
 
+# The tune extra: the tuner imports Optuna at its first command, too late for one line.
+_TUNE_EXTRA = ("optuna", "scipy", "tqdm")
+
+
 def _tuner() -> object:
+    missing = [name for name in _TUNE_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        return _NoTuner(f"{', '.join(missing)} not installed")
     try:
         from .tuning import cli as tuning_cli
     except ImportError as exc:
         return _NoTuner(f"{type(exc).__name__}: {exc}")
     return tuning_cli
+
+
+def _folder_error(args: argparse.Namespace) -> str | None:
+    """Why a folder argument cannot serve, or None. Every command names its folders alike:
+    ``--out`` is written (created when missing), ``--reports`` is read (must exist)."""
+    for dest, must_exist in (("out", False), ("reports", True)):
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        path = Path(value)
+        option = f"--{dest} {path}"
+        if must_exist and not path.exists():
+            return f"{option} does not exist"
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            return f"{option}: {existing} is a file, not a folder"
+        if not must_exist and not os.access(existing, os.W_OK | os.X_OK):
+            return f"{option}: {existing} is not writable"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "any_arguments", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    why = _folder_error(args)
+    if why:  # before any GPU work, and before a command creates the folder
+        print(f"pycuda-heads {args.command}: {why}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

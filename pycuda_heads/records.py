@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 #: the library's version: the package's `__version__`, setup.cfg's and every bench row's
 VERSION = "0.1.0"
@@ -202,3 +202,19 @@ def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int,
                    "seconds": round(time.time() - started, 1),
                    **({"subset": subset} if subset else {})})
     write_json(path, phases)
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """A command-line argument type: an integer of at least ``low``, else the one-line
+    argparse error that names the value."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+    return parse

@@ -208,11 +208,14 @@ def passed(result: dict[str, Any]) -> bool:
                 and max(abs(a) for a in result["alpha_last"]) > 1e-3)
 
 
+_positive = records.int_at_least(1)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("smoke", help="one epoch of training on teacher data (GPU); writes "
                                      "reports/<gpu>/smoke_training.json",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=Config.steps, help="steps of the epoch")
+    p.add_argument("--steps", type=_positive, default=Config.steps, help="steps of the epoch")
     p.add_argument("--out", type=Path, default=Path("reports"), help="the reports folder")
     p.set_defaults(func=_cli)
 

@@ -1,9 +1,13 @@
-"""CPU: every malformed argument of the tuning commands ends in one line and exit status 2,
-before any GPU work; corrupt files name themselves; a broken tuned table means the defaults."""
+"""CPU: every malformed argument of every command ends in one line naming it and exit status 2,
+before any GPU work; a missing extra is named in one line; corrupt files name themselves; a
+broken tuned table means the defaults."""
 import importlib.util
 import logging
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,13 +22,13 @@ MALFORMED = [
     ([*GOOD, "--template", "N_HORIZONS"], "--template: expected NAME=INT"),
     ([*GOOD, "--template", "N_ATOMS=3"], "takes HIDDEN_DIM, N_HORIZONS"),
     ([*GOOD, "--template", "N_HORIZONS=0"], "N_HORIZONS=0 must be >= 1"),
-    ([*GOOD, "--trials", "0"], "expected a positive integer, got 0"),
-    ([*GOOD, "--trials", "many"], "expected a positive integer"),
+    ([*GOOD, "--trials", "0"], "expected an integer >= 1, got '0'"),
+    ([*GOOD, "--trials", "many"], "expected an integer >= 1"),
     ([*GOOD, "--storage", "bogus://x"], "unsupported"),
     ([*GOOD, "--storage", "sqlite:////no/such/folder/x.db"], "/no/such/folder does not exist"),
     (["--kernel", "pool.nope", "--shape", "B=2,K=8"], "--kernel 'pool.nope' is unknown"),
-    ([*GOOD, "--reps", "0"], "expected a positive integer, got 0"),
-    ([*GOOD, "--jobs", "0"], "expected a positive integer, got 0"),
+    ([*GOOD, "--reps", "0"], "expected an integer >= 1, got '0'"),
+    ([*GOOD, "--jobs", "0"], "expected an integer >= 1, got '0'"),
 ]
 
 
@@ -52,6 +56,216 @@ def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch, 
     captured = capsys.readouterr()
     lines = (captured.out + captured.err).strip().splitlines()
     assert status == 2 and len(lines) == 1 and message in lines[0]
+
+
+# Every subcommand's malformed invocations, run in a folder holding a file "afile" and a
+# reports folder "reports" whose one GPU folder "g" has no tuning data. Each names its input.
+TUNE = ["tune", *GOOD]
+TUNER_COMMANDS = ("tune", "sweep", "export", "efficiency")
+EVERY_COMMAND = [
+    ([], "the following arguments are required: command"),
+    (["nosuchcmd"], "invalid choice: 'nosuchcmd'"),
+    (["--nosuch", "check"], "unrecognized arguments: --nosuch"),
+    (["check", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["check", "--jobs", "0"], "argument --jobs: expected an integer >= 1, got '0'"),
+    (["check", "--jobs", "-1"], "argument --jobs: expected an integer >= 1, got '-1'"),
+    (["check", "--jobs", "x"], "argument --jobs: expected an integer >= 1, got 'x'"),
+    (["check", "--arch", "sm_xx"],
+     "argument --arch: expected an SM target such as sm_90, got 'sm_xx'"),
+    (["check", "--arch", "90"], "got '90'"),
+    (["check", "--arch", "sm_90", "compute_90"], "got 'compute_90'"),
+    (["check", "--arch"], "argument --arch: expected at least one argument"),
+    (["validate", "--kernels", "nosuch"], "argument --kernels: invalid choice: 'nosuch'"),
+    (["validate", "--kernels", "pool.nope"], "invalid choice: 'pool.nope'"),
+    (["validate", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["validate", "--out", "afile/sub"], "--out afile/sub: afile is a file, not a folder"),
+    (["validate", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["bench", "--ops", "nosuch"], "argument --ops: invalid choice: 'nosuch'"),
+    (["bench", "--ops", "pool.forward"], "invalid choice: 'pool.forward'"),
+    (["bench", "--ops"], "argument --ops: expected at least one argument"),
+    (["bench", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["bench", "--quick=yes"], "argument --quick: ignored explicit argument 'yes'"),
+    (["bench", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["smoke", "--steps", "0"], "argument --steps: expected an integer >= 1, got '0'"),
+    (["smoke", "--steps", "-3"], "argument --steps: expected an integer >= 1, got '-3'"),
+    (["smoke", "--steps", "x"], "argument --steps: expected an integer >= 1, got 'x'"),
+    (["smoke", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["smoke", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["report", "--reports", "no/such"], "--reports no/such does not exist"),
+    (["report", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
+    (["report", "--gpu", "nosuchgpu"], "--gpu nosuchgpu: no data under reports; GPUs with data: g"),
+    (["report", "--gpu", "g", "nosuchgpu"], "--gpu nosuchgpu: no data under reports"),
+    (["report", "--gpu"], "argument --gpu: expected at least one argument"),
+    (["report", "--nosuch"], "unrecognized arguments: --nosuch"),
+    *((["tune", *args], message) for args, message in MALFORMED),
+    (["tune"], "the following arguments are required: --kernel, --shape"),
+    (["tune", "--kernel", "pool", "--shape", "B=2,K=8"], "--kernel 'pool' is unknown"),
+    (["tune", "--kernel", "pool.forward", "--shape", "B=2,K=8,K=9"], "K given more than once"),
+    (["tune", "--kernel", "pool.forward", "--shape", "B=99999999999,K=8"],
+     "B=99999999999 exceeds 2147483647"),
+    (["tune", "--kernel", "adam.step", "--shape", "N=5", "--template", "N_HORIZONS=3"],
+     "adam.step takes no template constants"),
+    ([*TUNE, "--try", "{bad"], "argument --try: expected a JSON object, got '{bad'"),
+    ([*TUNE, "--try", "[]"], "argument --try: expected a JSON object of knobs, got '[]'"),
+    ([*TUNE, "--try", '{"NOPE": 1}'], '--try {"NOPE": 1}: no kernel of this run'),
+    ([*TUNE, "--try", '{"BLOCK": 7}'], "BLOCK=7 is not one of"),
+    ([*TUNE, "--trials", "-3"], "argument --trials: expected an integer >= 1, got '-3'"),
+    ([*TUNE, "--reps", "-1"], "argument --reps: expected an integer >= 1, got '-1'"),
+    ([*TUNE, "--jobs", "-1"], "argument --jobs: expected an integer >= 1, got '-1'"),
+    ([*TUNE, "--workers", "0"], "argument --workers: expected an integer >= 1, got '0'"),
+    ([*TUNE, "--mode", "nope"], "argument --mode: invalid choice: 'nope'"),
+    ([*TUNE, "--seed", "-1"], "argument --seed: expected an integer >= 0, got '-1'"),
+    ([*TUNE, "--seed", str(2 ** 32)],
+     f"argument --seed: expected a seed below 2**32, got {2 ** 32}"),
+    ([*TUNE, "--worker-seed", "x"], "argument --worker-seed: expected an integer >= 0, got 'x'"),
+    ([*TUNE, "--warmup", "-1"], "argument --warmup: expected an integer >= 0, got '-1'"),
+    ([*TUNE, "--time-budget", "-5"], "argument --time-budget: expected seconds > 0, got -5"),
+    ([*TUNE, "--time-budget", "nan"], "argument --time-budget: expected seconds > 0, got nan"),
+    ([*TUNE, "--time-budget", "soon"], "argument --time-budget: expected seconds > 0, got 'soon'"),
+    ([*TUNE, "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    ([*TUNE, "--out", "afile/reports"], "--out afile/reports: afile is a file, not a folder"),
+    ([*TUNE, "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["sweep", "--kernels", "nosuch"], "--kernels 'nosuch': unknown kernels nosuch"),
+    (["sweep", "--kernels", "pool"], "--kernels 'pool': unknown kernels pool"),
+    (["sweep", "--kernels", "pool.forward,"], "--kernels 'pool.forward,' names an empty kernel"),
+    (["sweep", "--trials", "0"], "argument --trials: expected an integer >= 1, got '0'"),
+    (["sweep", "--jobs", "0"], "argument --jobs: expected an integer >= 1, got '0'"),
+    (["sweep", "--reps", "-2"], "argument --reps: expected an integer >= 1, got '-2'"),
+    (["sweep", "--try", "{bad"], "argument --try: expected a JSON object, got '{bad'"),
+    (["sweep", "--try", '{"NOPE": 1}'], '--try {"NOPE": 1}: no kernel of this run'),
+    (["sweep", "--time-budget", "0"], "argument --time-budget: expected seconds > 0, got 0"),
+    (["sweep", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["sweep", "--storage", "bogus://x"], "--storage bogus://x: unsupported"),
+    (["sweep", "--mode", "nope"], "argument --mode: invalid choice: 'nope'"),
+    (["sweep", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["export", "--reports", "no/such"], "--reports no/such does not exist"),
+    (["export", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
+    (["export", "--slug", "nosuch"], "reports/nosuch/tuning"),
+    (["export", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["export", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["efficiency", "--reports", "no/such"], "--reports no/such does not exist"),
+    (["efficiency", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
+    (["efficiency", "--seeds", "0"], "argument --seeds: expected an integer >= 1, got '0'"),
+    (["efficiency", "--seeds", "-1"], "argument --seeds: expected an integer >= 1, got '-1'"),
+    (["efficiency", "--within", "0"], "argument --within: expected a fraction in (0, 1), got 0"),
+    (["efficiency", "--within", "5"], "argument --within: expected a fraction in (0, 1), got 5"),
+    (["efficiency", "--within", "nan"],
+     "argument --within: expected a fraction in (0, 1), got nan"),
+    (["efficiency", "--within", "x"], "argument --within: expected a fraction in (0, 1), got 'x'"),
+    (["efficiency", "--slug", "nosuch"], "--slug 'nosuch' has no tuning data under reports"),
+    (["efficiency", "--nosuch"], "unrecognized arguments: --nosuch"),
+]
+
+
+def _case(args, message):
+    marks = [needs_tuner] if args[:1] and args[0] in TUNER_COMMANDS else []
+    return pytest.param(args, message, marks=marks, id=" ".join(args)[:60] or "no arguments")
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A folder with a file "afile" and reports/g/tuning (a GPU folder without caches)."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "reports" / "g" / "tuning").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    if TUNER:
+        from pycuda_heads.tuning import objective
+        monkeypatch.setattr(objective.GpuContext, "current",  # reached only by a bug
+                            classmethod(lambda cls: pytest.fail("GPU work before the checks")))
+    return tmp_path
+
+
+def run_main(args, capsys):
+    """(exit status, stderr lines) of ``pycuda-heads ARGS`` run in this process."""
+    from pycuda_heads.cli import main
+    try:
+        status = main(args)
+    except SystemExit as exc:  # argparse's own checks
+        status = exc.code
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return status, [line for line in captured.err.splitlines() if line.strip()]
+
+
+def test_the_table_covers_every_subcommand_with_60_cases():
+    commands = {args[0] for args, _ in EVERY_COMMAND if args and not args[0].startswith("-")}
+    assert len(EVERY_COMMAND) >= 60
+    assert {"check", "validate", "tune", "sweep", "export", "efficiency", "bench", "smoke",
+            "report"} <= commands
+
+
+@pytest.mark.parametrize("args,message", [_case(*c) for c in EVERY_COMMAND])
+def test_every_malformed_invocation_exits_2_with_one_line_naming_it(args, message, workdir,
+                                                                    capsys):
+    status, lines = run_main(args, capsys)
+    assert status == 2 and len(lines) == 1, lines
+    assert message in lines[0] and "Traceback" not in lines[0]
+    assert not (workdir / "no").exists()  # a missing --reports is not created
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="asks nvcc which archs it has")
+def test_an_arch_nvcc_lacks_is_named_before_any_compile(workdir, capsys):
+    status, lines = run_main(["check", "--arch", "sm_90", "sm_10"], capsys)
+    assert status == 2 and len(lines) == 1
+    assert "--arch sm_10: not supported by this nvcc" in lines[0] and "sm_90" in lines[0]
+
+
+def test_a_missing_reports_folder_is_neither_created_nor_reported_written(tmp_path, capsys):
+    missing = tmp_path / "no" / "such"
+    status, lines = run_main(["report", "--reports", str(missing)], capsys)
+    assert status == 2 and lines == [f"pycuda-heads report: --reports {missing} does not exist"]
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["check", "--jobs", "0"], "expected an integer >= 1, got '0'"),
+    (["smoke", "--steps", "-3"], "expected an integer >= 1, got '-3'"),
+    (["validate", "--out", "afile"], "--out afile: afile is a file"),
+    (["report", "--reports", "no/such"], "--reports no/such does not exist"),
+    (["report", "--gpu", "nosuchgpu"], "--gpu nosuchgpu: no data under reports"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_the_command_prints_one_line_in_a_fresh_process(args, message, workdir):
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pycuda_heads.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=workdir,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0] and not proc.stdout
+    assert not (workdir / "no").exists()
+
+
+# The base install: the tuner's extra missing. A shim of None in sys.modules makes its import fail.
+@pytest.mark.parametrize("args", [["tune", *GOOD], ["tune", "--trials", "0"], ["sweep"],
+                                  ["export"], ["efficiency", "--seeds", "2"]],
+                         ids=lambda v: " ".join(v))
+def test_without_the_tune_extra_the_tuning_commands_name_it(args, workdir, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    status, lines = run_main(args, capsys)
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith(f"pycuda-heads {args[0]}: the tuner is unavailable (optuna")
+    assert "pip install -e '.[tune]'" in lines[0]
+
+
+def test_without_the_tune_extra_a_fresh_process_prints_one_line(workdir):
+    root = Path(__file__).resolve().parents[1]
+    shim = ("import sys; sys.modules['optuna'] = None; from pycuda_heads.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", shim, "tune", *GOOD], capture_output=True,
+                          text=True, timeout=120, cwd=workdir,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "'.[tune]'" in lines[0]
+
+
+def test_without_the_report_extra_report_names_it_in_one_line(workdir, monkeypatch, capsys):
+    # the tables are still written (exit 0): only the plots need matplotlib
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    from pycuda_heads.cli import main
+    assert main(["report"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "matplotlib is missing" in err[0]
+    assert "pip install '.[report]'" in err[0]
+    assert (workdir / "reports" / "g" / "README.md").is_file()
 
 
 @needs_tuner

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shlex
 import sys
@@ -40,21 +41,43 @@ def register(sub: argparse._SubParsersAction) -> None:
                                           "exhaustive best (CPU replay of the caches)")
     p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
     p.add_argument("--reports", type=Path, default=Path("reports"))
-    p.add_argument("--seeds", type=int, default=5, help="TPE seeds 0..N-1")
-    p.add_argument("--within", type=float, default=0.03)
+    p.add_argument("--seeds", type=_positive, default=5, help="TPE seeds 0..N-1")
+    p.add_argument("--within", type=_fraction, default=0.03,
+                   help="relative distance to the exhaustive best, in (0, 1)")
     p.add_argument("--replace", action="store_true",
                    help="replay the tasks efficiency.json already holds too, replacing their "
                         "entries (default: keep them and add only the missing ones)")
     p.set_defaults(func=cmd_efficiency)
 
 
-def _positive(text: str) -> int:
+_positive = records.int_at_least(1)
+_non_negative = records.int_at_least(0)
+
+
+def _seed(text: str) -> int:
+    value = _non_negative(text)
+    if value >= 2 ** 32:  # NumPy's generators behind the samplers take no more
+        raise argparse.ArgumentTypeError(f"expected a seed below 2**32, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):  # nan would never stop, 0 never start
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text}")
     return value
 
 
@@ -72,13 +95,13 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--mode", choices=("tpe", "exhaustive"), default=mode)
     p.add_argument("--trials", type=_positive, default=30,
                    help="trials per study (tpe; default 30)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--try", dest="tries", type=_point, action="append", default=[],
                    metavar="JSON",
                    help="a partial point to try first, e.g. '{\"STAGES\": 3}' (repeatable): "
                         "completed from the default in every study whose kernel has its knobs "
                         "and where it is valid; tries count toward --trials")
-    p.add_argument("--worker-seed", type=int, default=None,
+    p.add_argument("--worker-seed", type=_seed, default=None,
                    help="sampler seed of this worker when several share one study (default: "
                         "--seed); give each worker its own")
     p.add_argument("--workers", type=_positive, default=1,
@@ -89,11 +112,12 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
                         "workers on several machines (default: "
                         "<out>/<gpu>/tuning/optuna.journal)")
     p.add_argument("--out", type=Path, default=Path("reports"), help="reports folder")
-    p.add_argument("--time-budget", type=float, default=None,
+    p.add_argument("--time-budget", type=_seconds, default=None,
                    help="seconds; stop between configurations once spent (resume by re-running)")
     p.add_argument("--reps", type=_positive, default=20,
                    help="timed batches per configuration (median and spread over them)")
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=_non_negative, default=3,
+                   help="untimed batches before the timed ones")
     p.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
                    help="parallel static checks and compilations")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -106,6 +130,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"pycuda-heads tune: {exc}", file=sys.stderr)
         return 2
     return _run(args, [task])
+
+
+_INT32_MAX = 2 ** 31 - 1
 
 
 def task_args(kernel: str, shape: str, template: str | None
@@ -134,12 +161,17 @@ def task_args(kernel: str, shape: str, template: str | None
         if repeated:  # parse_dims keeps the last value silently
             raise ValueError(f"{option} {text!r}: {', '.join(repeated)} given more than once")
         given = set(dims[option])
+        if not allowed:  # only --template: every kernel has shape axes
+            raise ValueError(f"{option} {text!r}: {kernel} takes no template constants")
         if given - allowed or (need_all and given != allowed):
             raise ValueError(f"{option} {text!r}: {kernel} takes {', '.join(sorted(allowed))}"
                              + ("" if need_all else " (the rest from the suite)"))
         bad = [f"{k}={v}" for k, v in dims[option].items() if v < 1]
         if bad:
             raise ValueError(f"{option} {text!r}: {', '.join(bad)} must be >= 1")
+        big = [f"{k}={v}" for k, v in dims[option].items() if v > _INT32_MAX]
+        if big:  # the kernels take sizes as C int
+            raise ValueError(f"{option} {text!r}: {', '.join(big)} exceeds {_INT32_MAX}")
     return kernel, dims["--shape"], dims.get("--template")
 
 
@@ -154,7 +186,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 2
     unknown = sorted(set(kernels) - {s.id for s in catalog()})
     if unknown:
-        print(f"unknown kernels {unknown}; the suite has {sorted(catalog().specs)}",
+        print(f"pycuda-heads sweep: --kernels {args.kernels!r}: unknown kernels "
+              f"{', '.join(unknown)}; the suite has {', '.join(sorted(catalog().specs))}",
               file=sys.stderr)
         return 2
     return _run(args, [(s.id, shape, template) for s, template, shape in tasks
@@ -330,12 +363,12 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     from .export import slugs_with_data
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     known = slugs_with_data(args.reports)
+    if args.slug is not None and args.slug not in known:  # named even where no GPU has data
+        print(f"pycuda-heads efficiency: --slug {args.slug!r} has no tuning data under "
+              f"{args.reports}; GPUs with data: {', '.join(known) or 'none'}", file=sys.stderr)
+        return 2
     if not known:
         print(f"no tuning data under {args.reports}", file=sys.stderr)
-        return 2
-    if args.slug is not None and args.slug not in known:
-        print(f"pycuda-heads efficiency: --slug {args.slug!r} has no tuning data under "
-              f"{args.reports}; GPUs with data: {', '.join(known)}", file=sys.stderr)
         return 2
     for slug in [args.slug] if args.slug else known:
         try:

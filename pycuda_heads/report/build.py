@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -140,7 +141,19 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     root = Path(args.reports)
-    slugs: Sequence[str] = args.gpu or ([d.name for d in gpu_dirs(root)] if root.is_dir() else [])
+    if not root.is_dir():
+        print(f"pycuda-heads report: --reports {root} is not a folder", file=sys.stderr)
+        return 2
+    known = [d.name for d in gpu_dirs(root)]
+    unknown = [slug for slug in args.gpu or () if slug not in known]
+    if unknown:  # building it would write a report of nothing into a new folder
+        print(f"pycuda-heads report: --gpu {' '.join(unknown)}: no data under {root}; GPUs with "
+              f"data: {', '.join(known) or 'none'}", file=sys.stderr)
+        return 2
+    if not report_plots.available():
+        print("pycuda-heads report: matplotlib is missing, so no plots are drawn; install the "
+              "report extra: pip install '.[report]'", file=sys.stderr)
+    slugs: Sequence[str] = args.gpu or known
     for slug in slugs:
         started = time.time()
         path = build(root / slug)

@@ -215,6 +215,15 @@ def _cli(args: argparse.Namespace) -> int:
     except NvccUnavailableError as exc:
         print(f"pycuda-heads check: {exc} (install the CUDA toolkit)", file=sys.stderr)
         return 2
+    # an arch this nvcc lacks would fail every compile in nvcc's own words, over many lines;
+    # an nvcc too old to list its archs (empty list) is left to fail that way
+    listed = subprocess.run(["nvcc", "--list-gpu-code"], capture_output=True,
+                            text=True).stdout.split()
+    unsupported = [a for a in args.arch if listed and a.rstrip("af") not in listed]
+    if unsupported:
+        print(f"pycuda-heads check: --arch {' '.join(unsupported)}: not supported by this nvcc; "
+              f"it supports {' '.join(listed)}", file=sys.stderr)
+        return 2
     todo = jobs(catalog(), args.all, tuple(args.arch))
     reports = run_checks(todo, args.jobs)
     bad = 0
@@ -231,10 +240,20 @@ def _cli(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _arch(text: str) -> str:
+    if not re.fullmatch(r"sm_\d{2,3}[af]?", text):
+        raise argparse.ArgumentTypeError(f"expected an SM target such as sm_90, got {text!r}")
+    return text
+
+
+_positive = records.int_at_least(1)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("check", help="static check with nvcc: no atomics, registers, spills")
-    p.add_argument("--arch", nargs="+", default=list(DEFAULT_ARCHS), help="SM targets")
+    p.add_argument("--arch", nargs="+", type=_arch, default=list(DEFAULT_ARCHS),
+                   help="SM targets")
     p.add_argument("--all", action="store_true", help="also every point of every search space")
-    p.add_argument("--jobs", type=int, default=4, help="parallel nvcc processes")
+    p.add_argument("--jobs", type=_positive, default=4, help="parallel nvcc processes")
     p.add_argument("--verbose-ok", action="store_true", help="list passing space points too")
     p.set_defaults(func=_cli)
