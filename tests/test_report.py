@@ -628,3 +628,25 @@ def test_log_phase_records_a_narrowed_run(tmp_path) -> None:
     records.log_phase(tmp_path, "bench", time.time(), 0)
     logged = records.read_json(tmp_path / records.PHASES_JSON, "phase log")
     assert logged[0]["subset"] == "ops pool" and "subset" not in logged[1]
+
+
+def test_report_twice_gives_the_same_bytes_and_leaves_its_data_alone(tmp_path) -> None:
+    """The shipped reports, regenerated twice: identical files, and every data file it reads
+    (bench rows, records, tuning data, the phase log) byte for byte as before."""
+    import filecmp
+    import shutil
+
+    from pycuda_heads.cli import main
+    root = Path(__file__).resolve().parents[1] / "reports"
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(root, first)
+    data = {p.relative_to(first): p.read_bytes() for p in first.rglob("*")
+            if p.is_file() and p.suffix in (".csv", ".json", ".journal")}
+    assert main(["report", "--reports", str(first)]) == 0
+    shutil.copytree(first, second)
+    assert main(["report", "--reports", str(second)]) == 0
+    for rel, before in data.items():
+        assert (first / rel).read_bytes() == before, f"report changed {rel}"
+    mismatch = filecmp.dircmp(first, second)
+    changed = [f for d in [mismatch, *mismatch.subdirs.values()] for f in d.diff_files]
+    assert not changed, f"a second report differs in {changed}"
