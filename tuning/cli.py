@@ -10,6 +10,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from pycuda_heads import records
 
@@ -61,24 +62,22 @@ def _seed(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):  # nan would never stop, 0 never start
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
-    return value
+def _number(low: float, high: float, what: str) -> Callable[[str], float]:
+    """An argument type: a number strictly between ``low`` and ``high`` (never nan: a nan
+    budget would never stop, a zero one never start)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low < value < high:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text!r}") from None
-    if not 0 < value < 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text}")
-    return value
+_seconds = _number(0, math.inf, "seconds > 0")
+_fraction = _number(0, 1, "a fraction in (0, 1)")
 
 
 def _point(text: str) -> dict[str, int]:
