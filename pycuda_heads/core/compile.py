@@ -51,6 +51,7 @@ def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
     ``PdlKernel`` where the device and cuda-bindings allow it."""
     pdl = pdl and pdl_supported()
     key = (family, str(source_dir), entry, tuple(sorted(constants.items())), pdl)
+
     def make() -> Kernel:
         source = render(family, constants, source_dir)
         params = signature(source, entry)
@@ -63,8 +64,8 @@ def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
 # ``**kwargs`` dict would cost about 1 us a launch), and the common case (no recording, capture
 # or synchronisation in this thread) is one identity test past the launch itself.
 _CALL = """\
-def __call__(self, grid, block, /, *, {names}shared=0, stream=None):
-    values = ({values})
+def __call__(self, grid, block, /, *, {args}shared=0, stream=None):
+    values = ({args})
     try:
         if shared > self._shared_optin:
             self._opt_in(shared)
@@ -85,8 +86,7 @@ def _named_launch(base: type, params: tuple[str, ...]) -> type:
                                                                "stream", "values", "exc")]
     if bad:
         raise ValueError(f"kernel parameters {bad} clash with Python or the launch's own names")
-    code = _CALL.format(names="".join(f"{p}, " for p in params),
-                        values="".join(f"{p}, " for p in params))
+    code = _CALL.format(args="".join(f"{p}, " for p in params))
     namespace: dict[str, Any] = {"scope": scope, "QUIET": QUIET}
     exec(code, namespace)  # noqa: S102 - C identifiers read by ``signature``
     return type(base.__name__, (base,), {"__call__": namespace["__call__"], "params": params,
