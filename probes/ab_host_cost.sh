@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Host cost A/B on one GPU machine, one process after the other: the bench's host columns
+# (python_call_us, bare_launch_us) of this tree against another commit's, at the quick shapes.
+# Here:       git worktree add .base <commit>   (then name .base in the device call's carry)
+# On the GPU: source .gpu/env.sh && bash probes/ab_host_cost.sh $OUT
+set -euo pipefail
+out=${1:?usage: ab_host_cost.sh OUT_DIR}
+ops=(resgate pool step)
+for round in 1 2; do  # alternated, so a drift of the machine shows in both
+    PYTHONPATH=.base python -c "import sys; from pycuda_heads.cli import main; sys.exit(main(sys.argv[1:]))" \
+        bench --ops "${ops[@]}" --quick --out "$out/base$round" --commit base
+    pycuda-heads bench --ops "${ops[@]}" --quick --out "$out/head$round" --commit head
+done
+tar czf "$out/ab_host_cost.tgz" -C "$out" base1 base2 head1 head2
