@@ -6,9 +6,9 @@
 set -euo pipefail
 out=${1:?usage: ab_host_cost.sh OUT_DIR}
 ops=(resgate pool step)
-for round in 1 2; do  # alternated, so a drift of the machine shows in both
+for round in $(seq 1 "${ROUNDS:-2}"); do  # alternated, so a drift of the machine shows in both
     PYTHONPATH=.base python -c "import sys; from pycuda_heads.cli import main; sys.exit(main(sys.argv[1:]))" \
         bench --ops "${ops[@]}" --quick --out "$out/base$round" --commit base
     pycuda-heads bench --ops "${ops[@]}" --quick --out "$out/head$round" --commit head
 done
-tar czf "$out/ab_host_cost.tgz" -C "$out" base1 base2 head1 head2
+(cd "$out" && tar czf ab_host_cost.tgz base[0-9]* head[0-9]*)

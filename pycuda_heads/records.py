@@ -38,6 +38,8 @@ FWD_BWD = "fwd+bwd"
 # Bench ops beside the kernel families, written by perf and read by report: the composed head
 # step, and the empty kernel launch (its own provider too) the small shapes are measured against.
 STEP_OP = "step"
+#: the bench's PyTorch training steps (``perf.torch_train``)
+TORCH_TRAIN_OP = "torch_train"
 EMPTY_KERNEL = "empty_kernel"
 
 

@@ -102,7 +102,8 @@ ALLOWED = {ROOT: {"ops", "step", "catalog", "core", "records"},
            "reference": set(), "records": set(), "core": {"records"},
            "ops": {"core", "reference", "ops.reduce"}, "step": {"core", "ops"},
            "torch": {"core", "ops"}, "catalog": {"ops", "core.spec", "records"},
-           "verify": {"catalog", "core", "records"}, "perf": {"catalog", "core", "step", "records"},
+           "verify": {"catalog", "core", "records"},
+           "perf": {"catalog", "core", "step", "records", "torch"},
            "tuning": {"catalog", "core", "verify", "perf.timing", "records"}, "report": {"records"},
            "smoke": {"ops", "core", "reference", "records"}}
 

@@ -125,7 +125,7 @@ def test_the_pinned_pycuda_launches_through_its_own_internals():
     import pycuda
     from pycuda._pvt_struct import pack
 
-    from pycuda_heads.core.compile import PdlKernel, get_kernel
+    from pycuda_heads.core.compile import DriverKernel, get_kernel
     kernel = get_kernel("gate", "gate_forward", {"N_HORIZONS": 5, "BLOCK": 128, "ITEMS": 1})
-    assert not isinstance(kernel, PdlKernel) and kernel._pack is pack, pycuda.VERSION
+    assert not isinstance(kernel, DriverKernel) and kernel._pack is pack, pycuda.VERSION
     assert kernel._launch == kernel.function._launch_kernel

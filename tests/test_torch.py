@@ -1,5 +1,6 @@
 """GPU: pycuda_heads.torch against torch's own autograd of the same math, on torch's default and
-side streams, inside torch.cuda.graph capture, and in a small Adam training loop."""
+side streams, inside torch.cuda.graph capture, under torch.compile (default and reduce-overhead)
+and torch.library.opcheck, with bad inputs refused by name, and in a small Adam training loop."""
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.gpu
 
 import pycuda_heads.torch as pht  # noqa: E402  (needs torch)
+from pycuda_heads.perf import torch_train  # noqa: E402
 
 
 def close(a, b, tol=1e-4):
@@ -159,3 +161,196 @@ def test_adam_training_loss_falls():
     assert np.isfinite(losses).all()
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
     assert float(rg.alpha.abs().max()) > 0
+
+
+# ---- the operators: programs against the op methods, opcheck, compile, bad input ----
+
+from pycuda_heads.ops.frd import FrdSoftmaxCE  # noqa: E402
+from pycuda_heads.ops.frdhead import FrdHead as FrdHeadOp  # noqa: E402
+from pycuda_heads.ops.pool import PerHorizonAttentionPool  # noqa: E402
+from pycuda_heads.ops.resgate import ResidualGate as ResidualGateOp  # noqa: E402
+
+H, D, A, F, I = 5, 128, 21, 128, 128
+
+
+def _rand(*shape, seed=0, scale=1.0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, device="cuda", generator=g) * scale
+
+
+def _labels(b, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(-1, A, (b, H), device="cuda", generator=g, dtype=torch.int32)
+
+
+def _arrays(*tensors):
+    """The same values as NumPy arrays, for the op methods."""
+    return [t.detach().cpu().numpy() for t in tensors]
+
+
+def operator_cases(b, k):
+    """name -> (op object, tensor arguments, the op method's outputs from the same values)."""
+    pool, rg = PerHorizonAttentionPool(H, D), ResidualGateOp(H, D)
+    frd, head = FrdSoftmaxCE(H, A), FrdHeadOp(I, F, H, A)
+    q_h, ln = _rand(H, D, seed=1), _rand(b, k, D, seed=2)
+    ctx, attn = (torch.from_numpy(a.get()).cuda() for a in pool.forward(*_arrays(q_h, ln)))
+    grad_ctx, grad_attn = _rand(b, H, D, seed=3), _rand(b, H, k, seed=4)
+    c, w_res, bias, hd, alpha = (_rand(b, H, D, seed=5), _rand(H, D, seed=6), _rand(H, seed=7),
+                                 _rand(b, H, seed=8), _rand(H, seed=9))
+    residual = torch.from_numpy(rg.forward(*_arrays(c, w_res, bias, hd, alpha))[1].get()).cuda()
+    grad_out = _rand(b, H, seed=10)
+    logits, labels = _rand(b, H, A, seed=11), _labels(b, seed=12)
+    h_t, w1, b1, w2, b2 = (_rand(b, I, seed=13), _rand(F, I, seed=14, scale=0.1),
+                           _rand(F, seed=15), _rand(H, A, F, seed=16, scale=0.1),
+                           _rand(H, A, seed=17))
+    hidden = torch.from_numpy(head.forward(*_arrays(h_t, w1, b1, w2, b2))[0].get()).cuda()
+    grad_logits, dhidden = _rand(b, H, A, seed=18), _rand(b, F, seed=19)
+    row = lambda *parts: np.concatenate([p.get().ravel() for p in parts])  # noqa: E731
+    rgb = rg.backward(*_arrays(c, w_res, alpha, residual, grad_out))
+    g2, g1 = head.grad_w2(*_arrays(hidden, w2, grad_logits)), head.grad_w1(
+        *_arrays(h_t, w1, hidden, dhidden))
+    return {
+        "pool_forward": (pool, [q_h, ln], [a.get() for a in pool.forward(*_arrays(q_h, ln))]),
+        "pool_backward": (pool, [q_h, ln, attn, grad_ctx, ctx, grad_attn],
+                          [a.get() for a in pool.backward(*_arrays(q_h, ln, attn, grad_ctx, ctx),
+                                                          grad_attn=_arrays(grad_attn)[0])]),
+        "resgate_forward": (rg, [c, w_res, bias, hd, alpha],
+                            [a.get() for a in rg.forward(*_arrays(c, w_res, bias, hd, alpha))]),
+        "resgate_backward": (rg, [c, w_res, alpha, residual, grad_out],
+                             [rgb[2].get(), row(rgb[0], rgb[1], rgb[4])]),
+        "frd_softmax_ce": (frd, [logits, labels],
+                           [a.get() for a in frd.softmax_ce_grad(*_arrays(logits, labels))]),
+        "frdhead_forward": (head, [h_t, w1, b1, w2, b2],
+                            [a.get() for a in head.forward(*_arrays(h_t, w1, b1, w2, b2))]),
+        "frdhead_grad_w2": (head, [hidden, w2, grad_logits], [row(g2[0], g2[1]), g2[2].get()]),
+        "frdhead_grad_w1": (head, [h_t, w1, hidden, dhidden], [row(g1[0], g1[1]), g1[2].get()]),
+    }
+
+
+SHAPES = ((3, 33), (64, 64), (4096, 8))  # B=4096 gives the backward passes several row groups
+
+
+@pytest.mark.parametrize("b,k", SHAPES)
+def test_each_operator_gives_the_op_methods_bits(b, k):
+    for name, (op, tensors, want) in operator_cases(b, k).items():
+        got = getattr(torch.ops.pycuda_heads, name)(*tensors, pht.register(op))
+        for g, w in zip(got, want):
+            assert g.shape == tuple(w.shape) and np.array_equal(g.cpu().numpy(), w), name
+
+
+@pytest.mark.parametrize("b,k", SHAPES)
+def test_opcheck_passes_for_every_operator(b, k):
+    differentiable = {"pool_forward": (0, 1), "resgate_forward": (0, 1, 2, 3, 4),
+                      "frd_softmax_ce": (0,), "frdhead_forward": (0, 1, 2, 3, 4)}
+    for name, (op, tensors, _) in operator_cases(b, k).items():
+        args = [t.detach().clone().requires_grad_(i in differentiable.get(name, ()))
+                for i, t in enumerate(tensors)]
+        torch.library.opcheck(getattr(torch.ops.pycuda_heads, name), (*args, pht.register(op)))
+    adam = __import__("pycuda_heads.ops.adam", fromlist=["Adam"]).Adam()
+    p, g, m = _rand(1000, seed=20), _rand(1000, seed=21), _rand(1000, seed=22)
+    torch.library.opcheck(torch.ops.pycuda_heads.adam_step,
+                          (p, g, m, m.abs() * 1e-2, 3, pht.register(adam)))
+
+
+def test_adam_step_operator_matches_torch_adam():
+    adam = __import__("pycuda_heads.ops.adam", fromlist=["Adam"]).Adam()
+    p = torch.nn.Parameter(_rand(3001, seed=23))
+    ours = p.detach().clone()
+    m, v = torch.zeros_like(ours), torch.zeros_like(ours)
+    opt = torch.optim.Adam([p], lr=adam.lr, betas=(adam.beta1, adam.beta2), eps=adam.eps)
+    for t in range(1, 6):
+        g = _rand(3001, seed=30 + t)
+        p.grad = g.clone()
+        opt.step()
+        pht.adam_step(ours, g, m, v, t, pht.register(adam))
+    assert close(ours, p.detach(), 1e-5)
+
+
+def _model(name, b):
+    shape = {"frd": {"B": b}, "pool": {"B": b, "K": 16}}[name]
+    library, _, params, _ = torch_train.models(torch, name)
+    return library, params, torch_train.batch(torch, name, shape)
+
+
+def _loss_and_grads(fn, params, inputs, steps=1):
+    for _ in range(steps):  # reduce-overhead records on the first calls, replays after
+        torch.compiler.cudagraph_mark_step_begin()
+        loss = fn(*inputs)
+        grads = torch.autograd.grad(loss, params)
+        out = [loss.detach().clone(), *(g.detach().clone() for g in grads)]
+    return out
+
+
+@pytest.mark.parametrize("name", torch_train.MODELS)
+def test_compile_fullgraph_has_no_graph_break_and_matches_eager(name):
+    fn, params, inputs = _model(name, 64)
+    explained = torch._dynamo.explain(fn)(*inputs)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained
+    eager = _loss_and_grads(fn, params, inputs)
+    for mode in ("default", "reduce-overhead"):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, mode=mode, fullgraph=True)
+        got = _loss_and_grads(compiled, params, inputs, steps=3)
+        assert all(close(a, b, 1e-5) for a, b in zip(got, eager)), mode
+
+
+def test_deterministic_algorithms_give_the_same_bits_twice():
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [_loss_and_grads(*_model(name, 512)) for name in torch_train.MODELS
+                for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    for first, second in (runs[0:2], runs[2:4]):
+        assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def _bad_inputs():
+    pool, rg, loss = pht.AttentionPool(H, D), pht.ResidualGate(H, D), pht.FrdLoss(H, A)
+    head = pht.FrdHead(I, F, H, A)
+    ln, c, hd = _rand(4, 9, D), _rand(4, H, D), _rand(4, H)
+    logits, labels, h_t = _rand(4, H, A), _labels(4), _rand(4, I)
+    adam = pht.register(__import__("pycuda_heads.ops.adam", fromlist=["Adam"]).Adam())
+    return [
+        ("ln on the CPU", lambda: pool(ln.cpu()), TypeError, "ln"),
+        ("ln float64", lambda: pool(ln.double()), TypeError, "ln"),
+        ("ln float16", lambda: pool(ln.half()), TypeError, "ln"),
+        ("ln on the meta device", lambda: pool(torch.empty(4, 9, D, device="meta")),
+         TypeError, "ln"),
+        ("ln not contiguous", lambda: pool(ln.transpose(0, 1)), ValueError, "ln"),
+        ("ln of the wrong width", lambda: pool(_rand(4, 9, 64)), ValueError, "ln"),
+        ("ln of two axes", lambda: pool(_rand(4, D)), ValueError, "ln"),
+        ("ln a list", lambda: pool([1.0, 2.0]), TypeError, "ln"),
+        ("head of the wrong width", lambda: rg(c, _rand(4, H + 1)), ValueError, "head"),
+        ("ctx float16", lambda: rg(c.half(), hd), TypeError, "ctx"),
+        ("ctx of another batch", lambda: rg(_rand(3, H, D), hd), ValueError, "head"),
+        ("labels requiring grad", lambda: loss(logits, labels.float().requires_grad_(True)),
+         TypeError, "labels"),
+        ("labels of the wrong shape", lambda: loss(logits, _labels(5)), ValueError, "labels"),
+        ("logits of 20 atoms", lambda: loss(_rand(4, H, 20), labels), ValueError, "logits"),
+        ("logits on the CPU", lambda: loss(logits.cpu(), labels), TypeError, "logits"),
+        ("h_t of the wrong width", lambda: head(_rand(4, I + 1)), ValueError, "h_t"),
+        ("h_t not contiguous", lambda: head(_rand(I, 4).T), ValueError, "h_t"),
+        ("a module in float16", lambda: pht.AttentionPool(H, D, dtype=torch.float16),
+         TypeError, "dtype"),
+        ("an op id that names nothing", lambda: pht.pool_forward(pool.q_h, ln, 10 ** 6),
+         ValueError, "op"),
+        ("an op id of another op", lambda: pht.pool_forward(pool.q_h, ln, rg.op_id),
+         ValueError, "op"),
+        ("Adam at step 0", lambda: pht.adam_step(h_t, h_t, h_t, h_t, 0, adam),
+         ValueError, "t"),
+        ("Adam with a CPU grad", lambda: pht.adam_step(h_t, h_t.cpu(), h_t, h_t, 1, adam),
+         TypeError, "grad"),
+    ]
+
+
+def test_bad_input_is_refused_by_name_before_any_launch(monkeypatch):
+    from pycuda_heads.core.compile import DriverKernel
+    cases = _bad_inputs()
+    launches = []
+    monkeypatch.setattr(DriverKernel, "launch_raw", lambda self, *a: launches.append(a))
+    for what, call, error, name in cases:
+        with pytest.raises(error, match=rf"\b{name}\b"):
+            call()
+        assert not launches, what
+    assert len(cases) >= 15

@@ -48,24 +48,43 @@ def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
                source_dir: Path | None = None, pdl: bool = False) -> "Kernel":
     """The prepared kernel of one variant, shared by every op object that launches it; with
     ``pdl`` (the entry waits for the stream's previous kernel before it touches memory) a
-    ``PdlKernel`` where the device and cuda-bindings allow it."""
+    ``DriverKernel`` that launches with programmatic dependent launch, where the device and
+    cuda-bindings allow it."""
     pdl = pdl and pdl_supported()
     key = (family, str(source_dir), entry, tuple(sorted(constants.items())), pdl)
 
     def make() -> Kernel:
         source = render(family, constants, source_dir)
-        params = signature(source, entry)
-        cls = _named_launch(PdlKernel if pdl else Kernel, tuple(n for n, _ in params))
-        return cls(entry, constants, source, "".join(t for _, t in params))
+        return _prepared(DriverKernel if pdl else Kernel, entry, constants, source, pdl)
     return RUNTIME.cached(RUNTIME.kernels, key, make)
+
+
+def _prepared(base: type, entry: str, constants: Mapping[str, Any], source: str,
+              pdl: bool) -> "Kernel":
+    params = signature(source, entry)
+    cls = _named_launch(base, tuple(n for n, _ in params))
+    return cls(entry, constants, source, "".join(t for _, t in params), pdl)
+
+
+def on_any_stream(kernel: "Kernel") -> "DriverKernel":
+    """``kernel`` as a ``DriverKernel``, which launches on a raw stream handle (another
+    framework's stream, a graph capture of it): the kernel itself when it is one already."""
+    if isinstance(kernel, DriverKernel):
+        return kernel
+    key = ("driver", variant_hash(kernel.source, NVCC_OPTIONS), kernel.name)
+    return RUNTIME.cached(RUNTIME.kernels, key, lambda: _prepared(
+        DriverKernel, kernel.name, kernel.constants, kernel.source, False))
 
 
 # A kernel's call, generated per C signature: the interpreter binds the named arguments (a
 # ``**kwargs`` dict would cost about 1 us a launch), and the common case (no recording, capture
-# or synchronisation in this thread) is one identity test past the launch itself.
+# or synchronisation in this thread) is one identity test before the launch itself.
 _CALL = """\
 def __call__(self, grid, block, /, *, {args}shared=0, stream=None):
     values = ({args})
+    if self._sync or scope() is not QUIET:
+        self._scoped(grid, block, values, shared, stream)
+        return
     try:
         if shared > self._shared_optin:
             self._opt_in(shared)
@@ -73,8 +92,6 @@ def __call__(self, grid, block, /, *, {args}shared=0, stream=None):
         self._launch(grid, block, self._pack(self._format, *values), shared, stream)
     except Exception as exc:
         self._failed(exc, grid, block, values, shared)
-    if self._sync or scope() is not QUIET:
-        self._observe(grid, block, values, shared, stream)
 """
 
 
@@ -125,9 +142,14 @@ class Kernel:
     #: the C parameter names, in launch order
     params: tuple[str, ...] = ()
 
-    def __init__(self, entry: str, constants: Mapping[str, Any], source: str, types: str):
+    def __init__(self, entry: str, constants: Mapping[str, Any], source: str, types: str,
+                 pdl: bool = False):
         self.name = entry
         self.constants = dict(constants)
+        #: the rendered source, and the prepared-call type letter of each parameter ("P": a
+        #: device pointer)
+        self.source, self.types = source, types
+        self.pdl = pdl
         self._bind(source, types)
         self._shared_optin = STATIC_SHARED_LIMIT
         self._sync = os.environ.get("PYCUDA_HEADS_SYNC", "") not in ("", "0")
@@ -147,6 +169,12 @@ class Kernel:
                        stream: Any) -> None:
         self.bare(grid, block, args, shared, stream)
 
+    def opt_in(self, shared: int) -> None:
+        """Allow ``shared`` bytes of dynamic shared memory (past the static 48 KB) from now on."""
+        if shared > self._shared_optin:
+            self._opt_in(shared)
+            self._shared_optin = shared
+
     def _opt_in(self, shared: int) -> None:
         self.function.set_attribute(cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     int(shared))
@@ -163,12 +191,20 @@ class Kernel:
                           f"shared={shared} B args={dict(zip(self.params, values))}: "
                           f"{exc}") from exc
 
-    def _observe(self, grid: tuple, block: tuple, values: tuple, shared: int,
-                 stream: Any) -> None:
-        """After a launch made in a recording, or with synchronisation asked for."""
+    def _scoped(self, grid: tuple, block: tuple, values: tuple, shared: int,
+                stream: Any) -> None:
+        """A launch inside a recording (``dry``: recorded, not made), a capture, or with
+        synchronisation asked for."""
         now = scope()
         if now.recording is not None:
             now.recording.append((self, grid, block, values, shared, stream))
+            if now.dry:
+                return
+        try:
+            self.opt_in(shared)
+            self._launch(grid, block, self._pack(self._format, *values), shared, stream)
+        except Exception as exc:
+            self._failed(exc, grid, block, values, shared)
         if self._sync and not now.capturing:
             try:
                 cuda().Context.synchronize()
@@ -205,13 +241,16 @@ class _ArgumentSlots(threading.local):
         self.address = ctypes.addressof(self._array)
 
 
-class PdlKernel(Kernel):
-    """A kernel entry that waits for the stream's previous kernel before it touches memory
-    (``griddepcontrol.wait``), launched by ``cuLaunchKernelEx`` with programmatic stream
-    serialization: consecutive launches overlap their launch latency, while every kernel still
-    sees all of its predecessor's writes. PyCUDA launches cannot carry that attribute, so the
-    compiled module (PyCUDA's cached cubin) is loaded through cuda-bindings, and the arguments
-    are packed by one ``struct`` call into slots the launch reads through a ``void**``."""
+class DriverKernel(Kernel):
+    """A kernel entry loaded and launched through cuda-bindings (``cuLaunchKernelEx``), which
+    takes any stream handle: another framework's stream, or one it is capturing into a graph.
+    The compiled module is PyCUDA's cached cubin; the arguments are packed by one ``struct``
+    call into slots the launch reads through a ``void**``.
+
+    With ``pdl`` the entry waits for the stream's previous kernel before it touches memory
+    (``griddepcontrol.wait``), and it launches with programmatic stream serialization:
+    consecutive launches overlap their launch latency, while every kernel still sees all of its
+    predecessor's writes. PyCUDA's launches cannot carry that attribute."""
 
     def _bind(self, source: str, types: str) -> None:
         from pycuda.compiler import compile as nvcc_compile
@@ -223,7 +262,7 @@ class PdlKernel(Kernel):
         self._format = struct.Struct("=" + "".join(_SLOTS[t] for t in types))
         self._pointers = tuple(t == "P" for t in types)
         self._slots = _ArgumentSlots(len(types))
-        self._pack, self._launch = self._packed, self._launch_ex
+        self._pack, self._launch = self._packed, self._launch_on
         self._configs: dict[tuple, Any] = {}
 
     def _packed(self, fmt: struct.Struct, *args: Any) -> int:
@@ -248,18 +287,25 @@ class PdlKernel(Kernel):
         config.blockDimX, config.blockDimY, config.blockDimZ = block
         config.sharedMemBytes = shared
         config.hStream = cu.CUstream(stream)
-        attribute = cu.CUlaunchAttribute()
-        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attribute.value.programmaticStreamSerializationAllowed = 1
-        config.attrs, config.numAttrs = [attribute], 1
+        if self.pdl:
+            attribute = cu.CUlaunchAttribute()
+            attribute.id = \
+                cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attribute.value.programmaticStreamSerializationAllowed = 1
+            config.attrs, config.numAttrs = [attribute], 1
         if len(self._configs) >= 256:  # many streams or shapes: start afresh
             self._configs.clear()
         self._configs[key] = config
         return config
 
-    def _launch_ex(self, grid: tuple, block: tuple, params: int, shared: int,
+    def _launch_on(self, grid: tuple, block: tuple, params: int, shared: int,
                    stream: Any) -> None:
-        key = (grid, block, shared, 0 if stream is None else stream.handle)
+        self.launch_raw(grid, block, params, shared, 0 if stream is None else stream.handle)
+
+    def launch_raw(self, grid: tuple, block: tuple, params: int, shared: int,
+                   handle: int) -> None:
+        """Launch with packed ``params`` (a ``void**`` address) on the stream ``handle``."""
+        key = (grid, block, shared, handle)
         config = self._configs.get(key) or self._config(key)
         err, = self._cu.cuLaunchKernelEx(config, self._function, params, 0)
         if err:
@@ -269,7 +315,7 @@ class PdlKernel(Kernel):
     def bare(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
              shared: int, stream: Any) -> None:
         """The same launch with nothing around it: configuration built, arguments converted."""
-        self._launch_ex(grid, block, self._packed(self._format, *args), shared, stream)
+        self._launch_on(grid, block, self._packed(self._format, *args), shared, stream)
 
 
 @contextmanager

@@ -24,6 +24,8 @@ class Scope(NamedTuple):
     capturing: bool = False
     #: every launch is appended here as (kernel, grid, block, args, shared, stream)
     recording: list | None = None
+    #: with a recording: launches are recorded, not made (a launch program being worked out)
+    dry: bool = False
     #: outputs and scratch start as NaN, so a test can prove each element was written
     poison: bool = False
     #: where ``empty`` takes memory from instead of the pool: ``allocate(nbytes) -> (device

@@ -43,6 +43,9 @@ log = logging.getLogger("pycuda_heads.bench")
 
 LIBRARY = ("tuned", "default")
 STEP = records.STEP_OP  # the composed head step (``step_bench``), beside the catalog's families
+TORCH_TRAIN = records.TORCH_TRAIN_OP  # PyTorch training steps (``torch_train``)
+#: the bench's ops that are no catalog family
+COMPOSED = (STEP, TORCH_TRAIN)
 PEERS = ("torch_eager", "torch_compile")
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
@@ -176,7 +179,7 @@ class Bench:
         self.harness, self.quick = harness, quick
         self.catalog = cat or catalog()
         families = self.catalog.families()
-        unknown = sorted(set(ops) - set(families) - {STEP})
+        unknown = sorted(set(ops) - set(families) - set(COMPOSED))
         if unknown:
             raise ValueError(f"unknown ops {unknown}; expected some of {sorted(families)}")
         self.ops = tuple(ops)
@@ -199,7 +202,7 @@ class Bench:
                                     []).append(case)
         out = []
         for op in self.ops:
-            if op == STEP:
+            if op in COMPOSED:
                 continue
             shapes = [(k, v) for k, v in by_shape.items() if k[0] == op]
             if self.quick and len(shapes) > 2:
@@ -230,6 +233,13 @@ class Bench:
             from . import step_bench
             torch = self.peers.torch if self.peers is not None else None
             append_rows(self.path, step_bench.rows(self._row, torch, log.warning))
+        if TORCH_TRAIN in self.ops:
+            if self.peers is None:
+                log.warning("torch_train: not measured, torch is not importable here")
+            else:
+                from . import torch_train
+                append_rows(self.path, torch_train.rows(self._row, self.peers.torch,
+                                                        log.warning))
         return self.path
 
     def _row(self, op: str, shape: str, pass_: str, provider: str,
@@ -385,10 +395,12 @@ def summary(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ops", nargs="+", choices=sorted([*catalog().families(), STEP]),
-                        default=[*(f for f in catalog().families() if f != "reduce"), STEP],
+    parser.add_argument("--ops", nargs="+", choices=sorted([*catalog().families(), *COMPOSED]),
+                        default=[*(f for f in catalog().families() if f != "reduce"),
+                                 *COMPOSED],
                         help="ops to measure (default: every op but reduce, which the "
-                             "backward passes include, and the composed head step)")
+                             "backward passes include, the composed head step and the "
+                             "PyTorch training steps)")
     parser.add_argument("--quick", action="store_true",
                         help="smallest and largest shape of each op, fewer repetitions")
     parser.add_argument("--out", type=Path, default=Path("reports"),

@@ -1,0 +1,396 @@
+"""The kernels as PyTorch operators, ``torch.ops.pycuda_heads.<name>``: each with a fake
+implementation (shapes only, for Dynamo and AOTAutograd), the differentiable ones with their
+autograd formula, Adam with its in-place writes declared.
+
+Every operator takes ``op``, the id ``register`` gave the configured op object (template
+constants, launch parameters) it runs with; a module registers its own. The public functions
+below (``pool_forward``, ...) are what the modules call: inside ``torch.compile`` they call the
+operators, which the compiled graph holds as opaque nodes; in eager mode they call the same
+implementations and formulas directly, without the dispatcher's round trips.
+"""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..core.op import Op
+from .launch import Method
+
+_ops: list[Op] = []
+_methods: dict[tuple[int, str], Method] = {}
+_lock = threading.Lock()
+
+
+def register(op: Op) -> int:
+    """The id an operator's ``op`` argument names ``op`` by (an op object lives as long as
+    the process: compiled graphs hold its id)."""
+    with _lock:
+        _ops.append(op)
+        return len(_ops) - 1
+
+
+def _op(op_id: int, kind: str) -> Op:
+    """The registered op ``op_id``, which must be a ``kind``."""
+    op = _ops[op_id] if isinstance(op_id, int) and 0 <= op_id < len(_ops) else None
+    if type(op).__name__ != kind:
+        raise ValueError(f"op: {op_id!r} names no registered {kind} (modules register theirs; "
+                         "pycuda_heads.torch.register registers one)")
+    return op
+
+
+# What each operator runs: the op class it needs, its tensor arguments, the op method's call
+# and which of its results come back (a tuple: a row of gradients in one buffer).
+class _Spec(NamedTuple):
+    kind: str
+    names: tuple[str, ...]
+    call: Callable[[Any, list], Any]
+    outputs: Callable[[Any], tuple]
+    dtypes: dict[str, torch.dtype] = {}
+
+
+_SPECS = {
+    "pool_forward": _Spec("PerHorizonAttentionPool", ("q_h", "ln"),
+                          lambda op, a: op.forward(*a), lambda r: r),
+    "pool_backward": _Spec("PerHorizonAttentionPool",
+                           ("q_h", "ln", "attn", "grad_ctx", "ctx", "grad_attn"),
+                           lambda op, a: op.backward(*a[:5], grad_attn=a[5]), lambda r: r),
+    "resgate_forward": _Spec("ResidualGate", ("ctx", "w_res", "bias_res", "head", "alpha"),
+                             lambda op, a: op.forward(*a), lambda r: r),
+    # grad_head is grad_out itself: the caller passes it on
+    "resgate_backward": _Spec("ResidualGate", ("ctx", "w_res", "alpha", "residual", "grad_out"),
+                              lambda op, a: op.backward(*a),
+                              lambda r: (r[2], (r[0], r[1], r[4]))),
+    "frd_softmax_ce": _Spec("FrdSoftmaxCE", ("logits", "labels"),
+                            lambda op, a: op.softmax_ce_grad(*a, check_labels=False),
+                            lambda r: r, {"labels": torch.int32}),
+    "frdhead_forward": _Spec("FrdHead", ("h_t", "w1", "b1", "w2", "b2"),
+                             lambda op, a: op.forward(*a), lambda r: r),
+    "frdhead_grad_w2": _Spec("FrdHead", ("hidden", "w2", "grad_logits"),
+                             lambda op, a: op.grad_w2(*a), lambda r: ((r[0], r[1]), r[2])),
+    "frdhead_grad_w1": _Spec("FrdHead", ("h_t", "w1", "hidden", "dhidden"),
+                             lambda op, a: op.grad_w1(*a), lambda r: ((r[0], r[1]), r[2])),
+}
+
+
+def _method(name: str, op_id: int) -> Method:
+    method = _methods.get((op_id, name))
+    if method is None:
+        spec = _SPECS[name]
+        op = _op(op_id, spec.kind)
+        with _lock:
+            method = _methods.setdefault((op_id, name), Method(op, spec.names, spec.call,
+                                                               spec.outputs, spec.dtypes))
+    return method
+
+
+def _run(name: str, op_id: int, *tensors: Tensor | None) -> list[Tensor]:
+    return _method(name, op_id)(*tensors)
+
+
+# ---- the kernels' implementations (on every device torch dispatches to: they refuse any
+# tensor that is not a CUDA tensor on PyCUDA's device, naming it) ----
+
+_DEVICES = ("cuda", "cpu")
+
+
+@torch.library.custom_op("pycuda_heads::pool_forward", mutates_args=(), device_types=_DEVICES)
+def _pool_forward(q_h: Tensor, ln: Tensor, op: int) -> tuple[Tensor, Tensor]:
+    ctx, attn = _run("pool_forward", op, q_h, ln)
+    return ctx, attn
+
+
+@torch.library.custom_op("pycuda_heads::pool_backward", mutates_args=(), device_types=_DEVICES)
+def _pool_backward(q_h: Tensor, ln: Tensor, attn: Tensor, grad_ctx: Tensor, ctx: Tensor,
+                   grad_attn: Tensor | None, op: int) -> tuple[Tensor, Tensor]:
+    grad_q_h, grad_ln = _run("pool_backward", op, q_h, ln, attn, grad_ctx, ctx, grad_attn)
+    return grad_q_h, grad_ln
+
+
+@torch.library.custom_op("pycuda_heads::resgate_forward", mutates_args=(),
+                         device_types=_DEVICES)
+def _resgate_forward(ctx: Tensor, w_res: Tensor, bias_res: Tensor, head: Tensor, alpha: Tensor,
+                     op: int) -> tuple[Tensor, Tensor]:
+    out, residual = _run("resgate_forward", op, ctx, w_res, bias_res, head, alpha)
+    return out, residual
+
+
+@torch.library.custom_op("pycuda_heads::resgate_backward", mutates_args=(),
+                         device_types=_DEVICES)
+def _resgate_backward(ctx: Tensor, w_res: Tensor, alpha: Tensor, residual: Tensor,
+                      grad_out: Tensor, op: int) -> tuple[Tensor, Tensor]:
+    """grad_ctx and one row [grad_w_res | grad_bias_res | grad_alpha]."""
+    grad_ctx, row = _run("resgate_backward", op, ctx, w_res, alpha, residual, grad_out)
+    return grad_ctx, row
+
+
+@torch.library.custom_op("pycuda_heads::frd_softmax_ce", mutates_args=(),
+                         device_types=_DEVICES)
+def _frd_softmax_ce(logits: Tensor, labels: Tensor, op: int) -> tuple[Tensor, Tensor]:
+    """(softmax - onehot) / B and the per-row cross-entropy; a row labelled -1 gives 0 in both,
+    a label outside [-1, N_ATOMS) NaN in both."""
+    grad, ce = _run("frd_softmax_ce", op, logits, labels)
+    return grad, ce
+
+
+@torch.library.custom_op("pycuda_heads::frdhead_forward", mutates_args=(),
+                         device_types=_DEVICES)
+def _frdhead_forward(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
+                     op: int) -> tuple[Tensor, Tensor]:
+    hidden, logits = _run("frdhead_forward", op, h_t, w1, b1, w2, b2)
+    return hidden, logits
+
+
+@torch.library.custom_op("pycuda_heads::frdhead_grad_w2", mutates_args=(),
+                         device_types=_DEVICES)
+def _frdhead_grad_w2(hidden: Tensor, w2: Tensor, grad_logits: Tensor,
+                     op: int) -> tuple[Tensor, Tensor]:
+    """One row [grad_w2 | grad_b2] and dhidden."""
+    row, dhidden = _run("frdhead_grad_w2", op, hidden, w2, grad_logits)
+    return row, dhidden
+
+
+@torch.library.custom_op("pycuda_heads::frdhead_grad_w1", mutates_args=(),
+                         device_types=_DEVICES)
+def _frdhead_grad_w1(h_t: Tensor, w1: Tensor, hidden: Tensor, dhidden: Tensor,
+                     op: int) -> tuple[Tensor, Tensor]:
+    """One row [grad_w1 | grad_b1] and grad_h_t."""
+    row, grad_h_t = _run("frdhead_grad_w1", op, h_t, w1, hidden, dhidden)
+    return row, grad_h_t
+
+
+@torch.library.custom_op("pycuda_heads::adam_step", mutates_args=("param", "m", "v"),
+                         device_types=_DEVICES)
+def _adam_step(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: int) -> None:
+    """Step ``t`` (from 1) of Adam, in place on param, m and v. The step's bias corrections
+    are launch arguments, so each call works its launch out anew."""
+    adam = _op(op, "Adam")
+    if not isinstance(t, int) or t < 1:
+        raise ValueError(f"t: expected the step number, an int >= 1, got {t!r}")
+    names = ("param", "grad", "m", "v")
+    Method(adam, names, lambda o, a: o.step(*a, t, inplace=True), lambda r: ())(
+        param, grad, m, v)
+
+
+# ---- fake implementations: output shapes from input shapes ----
+
+@_pool_forward.register_fake
+def _(q_h: Tensor, ln: Tensor, op: int) -> tuple[Tensor, Tensor]:
+    b, k, d = ln.shape
+    h = q_h.shape[0]
+    return ln.new_empty((b, h, d)), ln.new_empty((b, h, k))
+
+
+@_pool_backward.register_fake
+def _(q_h: Tensor, ln: Tensor, attn: Tensor, grad_ctx: Tensor, ctx: Tensor,
+      grad_attn: Tensor | None, op: int) -> tuple[Tensor, Tensor]:
+    return q_h.new_empty(q_h.shape), ln.new_empty(ln.shape)
+
+
+@_resgate_forward.register_fake
+def _(ctx: Tensor, w_res: Tensor, bias_res: Tensor, head: Tensor, alpha: Tensor,
+      op: int) -> tuple[Tensor, Tensor]:
+    return head.new_empty(head.shape), head.new_empty(head.shape)
+
+
+@_resgate_backward.register_fake
+def _(ctx: Tensor, w_res: Tensor, alpha: Tensor, residual: Tensor, grad_out: Tensor,
+      op: int) -> tuple[Tensor, Tensor]:
+    h, d = w_res.shape
+    return ctx.new_empty(ctx.shape), ctx.new_empty((h * d + 2 * h,))
+
+
+@_frd_softmax_ce.register_fake
+def _(logits: Tensor, labels: Tensor, op: int) -> tuple[Tensor, Tensor]:
+    return logits.new_empty(logits.shape), logits.new_empty(logits.shape[:2])
+
+
+@_frdhead_forward.register_fake
+def _(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
+      op: int) -> tuple[Tensor, Tensor]:
+    return h_t.new_empty((h_t.shape[0], w1.shape[0])), h_t.new_empty((h_t.shape[0],
+                                                                       *b2.shape))
+
+
+@_frdhead_grad_w2.register_fake
+def _(hidden: Tensor, w2: Tensor, grad_logits: Tensor, op: int) -> tuple[Tensor, Tensor]:
+    h, a, f = w2.shape
+    return hidden.new_empty((h * a * f + h * a,)), hidden.new_empty(hidden.shape)
+
+
+@_frdhead_grad_w1.register_fake
+def _(h_t: Tensor, w1: Tensor, hidden: Tensor, dhidden: Tensor,
+      op: int) -> tuple[Tensor, Tensor]:
+    f, d = w1.shape
+    return h_t.new_empty((f * d + f,)), h_t.new_empty(h_t.shape)
+
+
+@_adam_step.register_fake
+def _(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: int) -> None:
+    return None
+
+
+# ---- autograd: one formula per differentiable operator, for both paths. ``ctx.kernels`` is
+# what the backward calls: the operators (a compiled backward holds them as nodes) or the
+# implementations themselves (eager). ----
+
+_OPERATORS = SimpleNamespace(pool_backward=torch.ops.pycuda_heads.pool_backward,
+                             resgate_backward=torch.ops.pycuda_heads.resgate_backward,
+                             frdhead_grad_w2=torch.ops.pycuda_heads.frdhead_grad_w2,
+                             frdhead_grad_w1=torch.ops.pycuda_heads.frdhead_grad_w1)
+_DIRECT = SimpleNamespace(
+    pool_backward=lambda *a: tuple(_run("pool_backward", a[-1], *a[:-1])),
+    resgate_backward=lambda *a: tuple(_run("resgate_backward", a[-1], *a[:-1])),
+    frdhead_grad_w2=lambda *a: tuple(_run("frdhead_grad_w2", a[-1], *a[:-1])),
+    frdhead_grad_w1=lambda *a: tuple(_run("frdhead_grad_w1", a[-1], *a[:-1])))
+
+
+def _pool_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    q_h, ln, op = inputs
+    out, attn = output
+    ctx.op = op
+    # an output whose gradient is not needed (attn, usually) comes to backward as None
+    # instead of a zero-filled tensor that the kernel would read
+    ctx.set_materialize_grads(False)
+    # the pooled output too: given it, the backward kernel reads ln once fewer
+    ctx.save_for_backward(q_h, ln, attn, out)
+
+
+def _pool_grads(ctx: Any, grad_ctx: Tensor | None, grad_attn: Tensor | None) -> tuple:
+    if grad_ctx is None and grad_attn is None:
+        return None, None, None
+    q_h, ln, attn, out = ctx.saved_tensors
+    if grad_ctx is None:  # only attn reaches the loss
+        grad_ctx = torch.zeros_like(out)
+    grad_q_h, grad_ln = ctx.kernels.pool_backward(
+        q_h, ln, attn, grad_ctx.contiguous(), out,
+        None if grad_attn is None else grad_attn.contiguous(), ctx.op)
+    return grad_q_h, grad_ln, None
+
+
+def _resgate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    c, w_res, _, _, alpha, op = inputs
+    _, residual = output
+    ctx.op = op
+    ctx.mark_non_differentiable(residual)  # saved for the backward, not a result to train on
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(c, w_res, alpha, residual)
+
+
+def _resgate_grads(ctx: Any, grad_out: Tensor | None, _: Tensor | None) -> tuple:
+    if grad_out is None:
+        return (None,) * 6
+    c, w_res, alpha, residual = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    grad_c, row = ctx.kernels.resgate_backward(c, w_res, alpha, residual, grad_out, ctx.op)
+    h, d = w_res.shape
+    return (grad_c, row[:h * d].view(h, d), row[h * d:h * d + h], grad_out, row[h * d + h:],
+            None)
+
+
+def _frd_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    grad, _ = output
+    ctx.mark_non_differentiable(grad)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(grad)
+    ctx.batch = inputs[0].shape[0]
+
+
+def _frd_grads(ctx: Any, _: Tensor | None, grad_ce: Tensor | None) -> tuple:
+    if grad_ce is None:
+        return None, None, None
+    (grad,) = ctx.saved_tensors
+    # the kernel's grad is d(sum of ce / B)/d logits
+    return grad * (grad_ce * ctx.batch).unsqueeze(-1), None, None
+
+
+def _frdhead_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    h_t, w1, _, w2, _, op = inputs
+    hidden, _ = output
+    ctx.op = op
+    ctx.mark_non_differentiable(hidden)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(h_t, w1, w2, hidden)
+
+
+def _frdhead_grads(ctx: Any, _: Tensor | None, grad_logits: Tensor | None) -> tuple:
+    if grad_logits is None:
+        return (None,) * 6
+    h_t, w1, w2, hidden = ctx.saved_tensors
+    row2, dhidden = ctx.kernels.frdhead_grad_w2(hidden, w2, grad_logits.contiguous(), ctx.op)
+    row1, grad_h_t = ctx.kernels.frdhead_grad_w1(h_t, w1, hidden, dhidden, ctx.op)
+    f, d = w1.shape
+    h, a, _ = w2.shape
+    return (grad_h_t, row1[:f * d].view(f, d), row1[f * d:], row2[:h * a * f].view(w2.shape),
+            row2[h * a * f:].view(h, a), None)
+
+
+class _Rule(NamedTuple):
+    name: str
+    setup: Callable[[Any, tuple, tuple], None]
+    grads: Callable[..., tuple]
+
+
+_RULES = {rule.name: rule for rule in (
+    _Rule("pool_forward", _pool_setup, _pool_grads),
+    _Rule("resgate_forward", _resgate_setup, _resgate_grads),
+    _Rule("frd_softmax_ce", _frd_setup, _frd_grads),
+    _Rule("frdhead_forward", _frdhead_setup, _frdhead_grads))}
+
+
+def _registered_setup(rule: _Rule) -> Callable[[Any, tuple, tuple], None]:
+    def setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.kernels = _OPERATORS
+        rule.setup(ctx, inputs, output)
+    return setup
+
+
+for _rule in _RULES.values():
+    torch.library.register_autograd(f"pycuda_heads::{_rule.name}", _rule.grads,
+                                    setup_context=_registered_setup(_rule))
+
+
+class _Eager(torch.autograd.Function):
+    """A differentiable operator's implementation and formula without the dispatcher."""
+
+    @staticmethod
+    def forward(ctx: Any, rule: _Rule, *args: Any) -> tuple:
+        out = tuple(_run(rule.name, args[-1], *args[:-1]))
+        ctx.kernels, ctx.rule = _DIRECT, rule
+        rule.setup(ctx, args, out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple:
+        return (None, *ctx.rule.grads(ctx, *grads))
+
+
+def _differentiable(name: str) -> Callable[..., tuple]:
+    rule, operator = _RULES[name], getattr(torch.ops.pycuda_heads, name)
+
+    def call(*args: Any) -> tuple:
+        # a tensor elsewhere than on a GPU takes the dispatcher, whose kernel for it refuses
+        # it by name (or runs a test's)
+        if torch.compiler.is_compiling() or not getattr(args[0], "is_cuda", False):
+            return operator(*args)
+        return _Eager.apply(rule, *args)
+    call.__name__ = name
+    call.__doc__ = f"``torch.ops.pycuda_heads.{name}`` (eager: without the dispatcher)."
+    return call
+
+
+pool_forward = _differentiable("pool_forward")
+resgate_forward = _differentiable("resgate_forward")
+frd_softmax_ce = _differentiable("frd_softmax_ce")
+frdhead_forward = _differentiable("frdhead_forward")
+adam_step = torch.ops.pycuda_heads.adam_step
+#: every operator this module registers, by name (``torch.ops.pycuda_heads.<name>``)
+DEFINITIONS = {"pool_forward": _pool_forward, "pool_backward": _pool_backward,
+               "resgate_forward": _resgate_forward, "resgate_backward": _resgate_backward,
+               "frd_softmax_ce": _frd_softmax_ce, "frdhead_forward": _frdhead_forward,
+               "frdhead_grad_w2": _frdhead_grad_w2, "frdhead_grad_w1": _frdhead_grad_w1,
+               "adam_step": _adam_step}
+OPERATORS = tuple(f"pycuda_heads::{name}" for name in DEFINITIONS)
