@@ -513,6 +513,35 @@ def test_head_step_section_compares_the_graph_with_torch() -> None:
     assert [c.op for c in data.cases(rows)] == []  # not mixed into the kernel ops' sections
 
 
+def test_torch_train_section_states_each_goal() -> None:
+    from pycuda_heads.report import data, tables
+    times = {"pool B=4096,K=256": {"library_eager": 500.0, "library_compile": 480.0,
+                                   "library_compile_ro": 450.0, "torch_eager": 4400.0,
+                                   "torch_compile": 900.0, "torch_compile_ro": 800.0},
+             "pool B=2,K=8": {"library_eager": 300.0, "library_compile": 350.0,
+                              "library_compile_ro": 90.0, "torch_eager": 250.0,
+                              "torch_compile": 400.0, "torch_compile_ro": 80.0}}
+    rows = [{"op": "torch_train", "shape": shape, "pass": "fwd+bwd", "provider": p,
+             "median_us": v} for shape, by in times.items() for p, v in by.items()]
+    rows.append({"op": "torch_train", "shape": "frd B=256", "pass": "fwd+bwd",
+                 "provider": "torch_compile", "error": "RuntimeError: y"})
+    section = tables.torch_train(data.train_results(rows))
+    # frd first, then pool by size
+    order = [line.split("|")[1].strip() for line in section.splitlines()
+             if line.startswith("| frd") or line.startswith("| pool")]
+    assert order[:3] == ["frd B=256", "pool B=2,K=8", "pool B=4096,K=256"]
+    assert table_row(section, "pool B=4096,K=256")[1:7] == ["500", "480", "450", "4400", "900",
+                                                              "800"]
+    big = lambda what: table_row(section, "pool B=4096,K=256", what)[-1]  # noqa: E731
+    assert big("library reduce-overhead vs torch reduce-overhead").startswith("met: 1.78x")
+    assert big("library eager vs torch compiled") == "**missed**: 1.80x faster"
+    small = lambda what: table_row(section, "pool B=2,K=8", what)[-1]  # noqa: E731
+    assert small("library eager vs torch eager").startswith("**missed**")
+    assert small("library reduce-overhead vs torch reduce-overhead").startswith("**missed**")
+    assert "failed: torch compiled at frd B=256: `RuntimeError: y`" in section
+    assert [c.op for c in data.cases(rows)] == []
+
+
 def test_report_cli_writes_every_gpu_and_the_index(reports: Path) -> None:
     parser = argparse.ArgumentParser()
     report.register(parser.add_subparsers())

@@ -21,6 +21,7 @@ from ..records import (
     NOISY_SPREAD,
     RUNS_JSON,
     STEP_OP,
+    TORCH_TRAIN_OP,
     TUNING_DIR,
     VALIDATION_JSON,
     dims_label,
@@ -201,11 +202,33 @@ STEP_GOALS = {("B=2,K=8", "torch_compile_ro"): 10.0, ("B=2,K=8", "torch_eager"):
 
 def step_results(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """shape -> provider -> row of the head step."""
+    return _by_shape(rows, STEP_OP)
+
+
+def _by_shape(rows: Iterable[dict[str, Any]], op: str) -> dict[str, dict[str, dict[str, Any]]]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
-        if row.get("op") == STEP_OP:
+        if row.get("op") == op:
             out.setdefault(row.get("shape", ""), {})[row.get("provider", "")] = row
-    return dict(sorted(out.items(), key=lambda kv: shape_size(kv[0])))
+    # "<model> <shape>" labels (the training steps) by model, then by size
+    return dict(sorted(out.items(), key=lambda kv: (kv[0].rpartition(" ")[0],
+                                                    shape_size(kv[0].rpartition(" ")[2]))))
+
+
+TRAIN_PROVIDERS = {"library_eager": "library eager", "library_compile": "library compiled",
+                   "library_compile_ro": "library reduce-overhead", "torch_eager": "torch eager",
+                   "torch_compile": "torch compiled",
+                   "torch_compile_ro": "torch reduce-overhead"}
+# PyTorch training-step goals: (library provider, torch provider, at least this speed-up, at
+# which shapes: None for every one)
+TRAIN_GOALS = (("library_compile_ro", "torch_compile_ro", 1.0, None),
+               ("library_eager", "torch_eager", 1.0, None),
+               ("library_eager", "torch_compile", 2.0, "pool B=4096,K=256"))
+
+
+def train_results(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """"<model> <shape>" -> provider -> row of the PyTorch training steps."""
+    return _by_shape(rows, TORCH_TRAIN_OP)
 
 # The team's goals, measured on the H200.
 FLOOR_GOAL = 0.75     # largest shapes, fwd+bwd: fraction of the copy-bandwidth floor
@@ -284,10 +307,11 @@ def pass_order(pass_: str) -> tuple[int, str]:
 
 
 def cases(rows: Iterable[dict[str, Any]]) -> list[BenchResult]:
-    """The kernel ops' results (the head step's rows have their own section)."""
+    """The kernel ops' results (the head step's and training steps' rows have their own
+    sections)."""
     grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
-        if row.get("op") in (EMPTY_KERNEL, STEP_OP):
+        if row.get("op") in (EMPTY_KERNEL, STEP_OP, TORCH_TRAIN_OP):
             continue
         key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
         grouped.setdefault(key, {})[row.get("provider", "")] = row

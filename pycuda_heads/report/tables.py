@@ -5,7 +5,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP
+from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP, TORCH_TRAIN_OP
 from .data import (
     COMPILE_GOAL,
     EMPTY_GOAL,
@@ -14,6 +14,8 @@ from .data import (
     LABELS,
     STEP_GOALS,
     STEP_PROVIDERS,
+    TRAIN_GOALS,
+    TRAIN_PROVIDERS,
     BenchResult,
     Change,
     ReportData,
@@ -368,6 +370,42 @@ def step(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     if goals:
         lines += [table(("shape", "comparison", "goal", "status"), goals), ""]
     errors = {f"{STEP_PROVIDERS.get(p, p)} at {shape}: `{r['error']}`"
+              for shape, by in results.items() for p, r in by.items() if r.get("error")}
+    lines += [f"- failed: {e}" for e in sorted(errors)]
+    return "\n".join(lines + [""])
+
+
+def torch_train(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The PyTorch training steps: wall time per step of every provider, and the goals."""
+    if not results:
+        return ""
+    rows, goals = [], []
+    for shape, by in results.items():
+        case = BenchResult(TORCH_TRAIN_OP, shape, FWD_BWD, by)
+        rows.append((shape, *("failed" if case.error(p) else us(case.time(p))
+                              for p in TRAIN_PROVIDERS)))
+        for mine, peer, goal, where in TRAIN_GOALS:
+            if where not in (None, shape):
+                continue
+            a, b = case.time(mine), case.time(peer)
+            x = b / a if a and b else None
+            status = ("not measured" if x is None else
+                      ("met" if x >= goal else "**missed**") + f": {speedup_text(x)}")
+            goals.append((shape, f"{TRAIN_PROVIDERS[mine]} vs {TRAIN_PROVIDERS[peer]}",
+                          f">= {goal:g}x" if goal != 1 else "faster" if "_ro" in mine
+                          else "no slower", status))
+    commits = sorted({commit(r.get("commit")) for by in results.values() for r in by.values()})
+    lines = ["## PyTorch training steps", "",
+             "A PyTorch user's training step (forward, loss, backward, fused Adam) as wall time "
+             "per step, host and GPU together: the library's modules (`pycuda_heads.torch`) and "
+             "the same model in plain torch ops, each eager, under `torch.compile` and under "
+             "`torch.compile(mode=\"reduce-overhead\")`. `frd`: FRD head + FRD loss; `pool`: "
+             "attention pool + residual/gate + MSE. Measured at commit "
+             f"{', '.join(commits)}.", "",
+             table(("model and shape", *(f"{label} us" for label in TRAIN_PROVIDERS.values())),
+                   rows), "", table(("model and shape", "comparison", "goal", "status"), goals),
+             ""]
+    errors = {f"{TRAIN_PROVIDERS.get(p, p)} at {shape}: `{r['error']}`"
               for shape, by in results.items() for p, r in by.items() if r.get("error")}
     lines += [f"- failed: {e}" for e in sorted(errors)]
     return "\n".join(lines + [""])
