@@ -75,7 +75,7 @@ class Method:
                         (t.shape, t.dtype, t.get_device(), t.is_contiguous(),
                          t.data_ptr() % _ALIGN) for t in tensors)
             hit = self.programs.get(key)
-        except AttributeError:  # not a tensor: the checks below name it
+        except (AttributeError, RuntimeError):  # no tensor, no storage: the checks name it
             key, hit = None, None
         program, device = hit or self._record(tensors, key)
         outs = [torch.empty(shape, device=device) for shape, _ in program.outputs]
