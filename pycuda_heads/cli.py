@@ -1,5 +1,5 @@
-"""The ``pycuda-heads`` command: check, validate, tune, sweep, export, efficiency, bench,
-smoke, report."""
+"""The ``pycuda-heads`` command: check, validate, tune, sweep, export, prune, efficiency,
+bench, smoke, report."""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +25,7 @@ class _NoTuner:
     """The tuning commands where the tuner cannot be imported (Optuna missing, or a checkout
     run without installing): each says so in one line and exits 2."""
 
-    COMMANDS = ("tune", "sweep", "export", "efficiency")
+    COMMANDS = ("tune", "sweep", "export", "prune", "efficiency")
 
     def __init__(self, why: str) -> None:
         self.why = why

@@ -61,7 +61,7 @@ def test_a_malformed_argument_exits_2_with_one_line(args, message, monkeypatch, 
 # Every subcommand's malformed invocations, run in a folder holding a file "afile" and a
 # reports folder "reports" whose one GPU folder "g" has no tuning data. Each names its input.
 TUNE = ["tune", *GOOD]
-TUNER_COMMANDS = ("tune", "sweep", "export", "efficiency")
+TUNER_COMMANDS = ("tune", "sweep", "export", "prune", "efficiency")
 EVERY_COMMAND = [
     ([], "the following arguments are required: command"),
     (["nosuchcmd"], "invalid choice: 'nosuchcmd'"),
@@ -143,6 +143,12 @@ EVERY_COMMAND = [
     (["export", "--slug", "nosuch"], "reports/nosuch/tuning"),
     (["export", "--out", "afile"], "--out afile: afile is a file, not a folder"),
     (["export", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["prune", "--reports", "no/such"], "--reports no/such does not exist"),
+    (["prune", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
+    (["prune", "--slug", "g"], "no journal at reports/g/tuning/optuna.journal"),
+    (["prune", "--table", "reports", "--slug", "nosuch"],
+     "no journal at reports/nosuch/tuning/optuna.journal"),
+    (["prune", "--nosuch"], "unrecognized arguments: --nosuch"),
     (["efficiency", "--reports", "no/such"], "--reports no/such does not exist"),
     (["efficiency", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
     (["efficiency", "--seeds", "0"], "argument --seeds: expected an integer >= 1, got '0'"),
@@ -190,8 +196,8 @@ def run_main(args, capsys):
 def test_the_table_covers_every_subcommand_with_60_cases():
     commands = {args[0] for args, _ in EVERY_COMMAND if args and not args[0].startswith("-")}
     assert len(EVERY_COMMAND) >= 60
-    assert {"check", "validate", "tune", "sweep", "export", "efficiency", "bench", "smoke",
-            "report"} <= commands
+    assert {"check", "validate", "tune", "sweep", "export", "prune", "efficiency", "bench",
+            "smoke", "report"} <= commands
 
 
 @pytest.mark.parametrize("args,message", [_case(*c) for c in EVERY_COMMAND])
@@ -236,7 +242,7 @@ def test_the_command_prints_one_line_in_a_fresh_process(args, message, workdir):
 
 # The base install: the tuner's extra missing. A shim of None in sys.modules makes its import fail.
 @pytest.mark.parametrize("args", [["tune", *GOOD], ["tune", "--trials", "0"], ["sweep"],
-                                  ["export"], ["efficiency", "--seeds", "2"]],
+                                  ["export"], ["prune"], ["efficiency", "--seeds", "2"]],
                          ids=lambda v: " ".join(v))
 def test_without_the_tune_extra_the_tuning_commands_name_it(args, workdir, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "optuna", None)

@@ -1,4 +1,4 @@
-"""The tuning subcommands of ``pycuda-heads``: tune, sweep, export, efficiency."""
+"""The tuning subcommands of ``pycuda-heads``: tune, sweep, export, prune, efficiency."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="table folder (default: the package's pycuda_heads/tuned)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("prune", help="cut the journal down to the studies behind the "
+                                     "tuned table's entries")
+    p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
+    p.add_argument("--reports", type=Path, default=Path("reports"))
+    p.add_argument("--table", type=Path, default=None,
+                   help="table folder whose entries' studies are kept (default: the "
+                        "package's pycuda_heads/tuned)")
+    p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("efficiency", help="trials TPE needs to come within 3%% of the "
                                           "exhaustive best (CPU replay of the caches)")
@@ -350,6 +359,35 @@ def cmd_export(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 2
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from pycuda_heads.core.tuned import TABLE_DIR
+
+    from .export import slugs_with_data
+    from .prune import prune_journal, study_names
+    from .storage import tuning_dir
+    slugs = [args.slug] if args.slug else slugs_with_data(args.reports)
+    if not slugs:
+        print(f"pycuda-heads prune: no tuning data under {args.reports}", file=sys.stderr)
+        return 2
+    for slug in slugs:
+        table_path = (args.table or TABLE_DIR) / f"{slug}.json"
+        journal = tuning_dir(args.reports, slug) / records.JOURNAL
+        missing = next((f"no {what} at {path}" for what, path in
+                        (("journal", journal), ("tuned table", table_path))
+                        if not path.is_file()), None)
+        if missing:
+            print(f"pycuda-heads prune: {missing}", file=sys.stderr)
+            return 2
+        try:
+            table = records.read_json(table_path, "tuned table")
+            kept, dropped = prune_journal(journal, study_names(table))
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            print(f"pycuda-heads prune: {slug}: {exc}", file=sys.stderr)
+            return 2
+        print(f"{journal}: kept {kept} studies, dropped {dropped}")
     return 0
 
 
