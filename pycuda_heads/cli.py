@@ -57,14 +57,12 @@ def _tuner() -> object:
 
 
 def _folder_error(args: argparse.Namespace) -> str | None:
-    """Why a folder argument cannot serve, or None. Every command names its folders alike:
-    ``--out`` is written (created when missing), ``--reports`` is read (must exist)."""
-    for dest, must_exist in (("out", False), ("reports", True)):
-        value = getattr(args, dest, None)
-        if value is None:
-            continue
-        path = Path(value)
-        option = f"--{dest} {path}"
+    """Why the results folder ``--out`` cannot serve, or None: a command that writes results
+    creates it when missing, one that only reads them (``reads_out``) needs it to exist."""
+    value = getattr(args, "out", None)
+    if value is not None:
+        path, must_exist = Path(value), getattr(args, "reads_out", False)
+        option = f"--out {path}"
         if must_exist and not path.exists():
             return f"{option} does not exist"
         existing = next(p for p in (path, *path.parents) if p.exists())

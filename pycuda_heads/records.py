@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 #: the library's version: the package's `__version__`, setup.cfg's and every bench row's
 VERSION = "0.1.0"
@@ -204,6 +204,28 @@ def log_phase(gpu_dir: Path | str, phase: str, started: float, status: int,
                    "seconds": round(time.time() - started, 1),
                    **({"subset": subset} if subset else {})})
     write_json(path, phases)
+
+
+def name_list(choices: Iterable[str], what: str) -> Callable[[str], list[str]]:
+    """A command-line argument type: comma-separated names, each one of ``choices``, else the
+    one-line argparse error that names the value (the same form on every command:
+    ``--kernels a,b``)."""
+    import argparse
+    allowed = sorted(choices)
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",")]
+        bad = [n for n in names if n not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what} among {', '.join(allowed)}; got {text!r}")
+        return list(dict.fromkeys(names))
+    return parse
+
+
+def slugs(text: str) -> list[str]:
+    """A command-line argument type: comma-separated GPU slugs (``--gpu a,b``)."""
+    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

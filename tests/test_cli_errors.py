@@ -75,14 +75,17 @@ EVERY_COMMAND = [
     (["check", "--arch", "90"], "got '90'"),
     (["check", "--arch", "sm_90", "compute_90"], "got 'compute_90'"),
     (["check", "--arch"], "argument --arch: expected at least one argument"),
-    (["validate", "--kernels", "nosuch"], "argument --kernels: invalid choice: 'nosuch'"),
-    (["validate", "--kernels", "pool.nope"], "invalid choice: 'pool.nope'"),
+    (["validate", "--kernels", "nosuch"],
+     "argument --kernels: expected comma-separated kernels or families among adam"),
+    (["validate", "--kernels", "pool.nope"], "got 'pool.nope'"),
+    (["validate", "--kernels", "pool,"], "got 'pool,'"),
+    (["validate", "--kernels", "pool", "gate"], "unrecognized arguments: gate"),
     (["validate", "--out", "afile"], "--out afile: afile is a file, not a folder"),
     (["validate", "--out", "afile/sub"], "--out afile/sub: afile is a file, not a folder"),
     (["validate", "--nosuch"], "unrecognized arguments: --nosuch"),
-    (["bench", "--ops", "nosuch"], "argument --ops: invalid choice: 'nosuch'"),
-    (["bench", "--ops", "pool.forward"], "invalid choice: 'pool.forward'"),
-    (["bench", "--ops"], "argument --ops: expected at least one argument"),
+    (["bench", "--ops", "nosuch"], "argument --ops: expected comma-separated ops among adam"),
+    (["bench", "--ops", "pool.forward"], "got 'pool.forward'"),
+    (["bench", "--ops"], "argument --ops: expected one argument"),
     (["bench", "--out", "afile"], "--out afile: afile is a file, not a folder"),
     (["bench", "--quick=yes"], "argument --quick: ignored explicit argument 'yes'"),
     (["bench", "--nosuch"], "unrecognized arguments: --nosuch"),
@@ -91,11 +94,12 @@ EVERY_COMMAND = [
     (["smoke", "--steps", "x"], "argument --steps: expected an integer >= 1, got 'x'"),
     (["smoke", "--out", "afile"], "--out afile: afile is a file, not a folder"),
     (["smoke", "--nosuch"], "unrecognized arguments: --nosuch"),
-    (["report", "--reports", "no/such"], "--reports no/such does not exist"),
-    (["report", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
+    (["report", "--out", "no/such"], "--out no/such does not exist"),
+    (["report", "--out", "afile"], "--out afile: afile is a file, not a folder"),
     (["report", "--gpu", "nosuchgpu"], "--gpu nosuchgpu: no data under reports; GPUs with data: g"),
-    (["report", "--gpu", "g", "nosuchgpu"], "--gpu nosuchgpu: no data under reports"),
-    (["report", "--gpu"], "argument --gpu: expected at least one argument"),
+    (["report", "--gpu", "g,nosuchgpu"], "--gpu nosuchgpu: no data under reports"),
+    (["report", "--gpu"], "argument --gpu: expected one argument"),
+    (["report", "--reports", "reports"], "unrecognized arguments: --reports reports"),
     (["report", "--nosuch"], "unrecognized arguments: --nosuch"),
     *((["tune", *args], message) for args, message in MALFORMED),
     (["tune"], "the following arguments are required: --kernel, --shape"),
@@ -138,19 +142,19 @@ EVERY_COMMAND = [
     (["sweep", "--storage", "bogus://x"], "--storage bogus://x: unsupported"),
     (["sweep", "--mode", "nope"], "argument --mode: invalid choice: 'nope'"),
     (["sweep", "--nosuch"], "unrecognized arguments: --nosuch"),
-    (["export", "--reports", "no/such"], "--reports no/such does not exist"),
-    (["export", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
-    (["export", "--slug", "nosuch"], "reports/nosuch/tuning"),
+    (["export", "--out", "no/such"], "--out no/such does not exist"),
     (["export", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["export", "--gpu", "nosuch"], "reports/nosuch/tuning"),
+    (["export"], "no tuning data under reports"),
+    (["export", "--slug", "g"], "unrecognized arguments: --slug g"),
     (["export", "--nosuch"], "unrecognized arguments: --nosuch"),
-    (["prune", "--reports", "no/such"], "--reports no/such does not exist"),
-    (["prune", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
-    (["prune", "--slug", "g"], "no journal at reports/g/tuning/optuna.journal"),
-    (["prune", "--table", "reports", "--slug", "nosuch"],
-     "no journal at reports/nosuch/tuning/optuna.journal"),
+    (["prune", "--out", "no/such"], "--out no/such does not exist"),
+    (["prune", "--out", "afile"], "--out afile: afile is a file, not a folder"),
+    (["prune", "--gpu", "g"], "no journal at reports/g/tuning/optuna.journal"),
+    (["prune"], "no tuning data under reports"),
     (["prune", "--nosuch"], "unrecognized arguments: --nosuch"),
-    (["efficiency", "--reports", "no/such"], "--reports no/such does not exist"),
-    (["efficiency", "--reports", "afile"], "--reports afile: afile is a file, not a folder"),
+    (["efficiency", "--out", "no/such"], "--out no/such does not exist"),
+    (["efficiency", "--out", "afile"], "--out afile: afile is a file, not a folder"),
     (["efficiency", "--seeds", "0"], "argument --seeds: expected an integer >= 1, got '0'"),
     (["efficiency", "--seeds", "-1"], "argument --seeds: expected an integer >= 1, got '-1'"),
     (["efficiency", "--within", "0"], "argument --within: expected a fraction in (0, 1), got '0'"),
@@ -158,7 +162,7 @@ EVERY_COMMAND = [
     (["efficiency", "--within", "nan"],
      "argument --within: expected a fraction in (0, 1), got 'nan'"),
     (["efficiency", "--within", "x"], "argument --within: expected a fraction in (0, 1), got 'x'"),
-    (["efficiency", "--slug", "nosuch"], "--slug 'nosuch' has no tuning data under reports"),
+    (["efficiency", "--gpu", "nosuch"], "--gpu 'nosuch' has no tuning data under reports"),
     (["efficiency", "--nosuch"], "unrecognized arguments: --nosuch"),
 ]
 
@@ -206,7 +210,7 @@ def test_every_malformed_invocation_exits_2_with_one_line_naming_it(args, messag
     status, lines = run_main(args, capsys)
     assert status == 2 and len(lines) == 1, lines
     assert message in lines[0] and "Traceback" not in lines[0]
-    assert not (workdir / "no").exists()  # a missing --reports is not created
+    assert not (workdir / "no").exists()  # a missing results folder is not created
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="asks nvcc which archs it has")
@@ -218,8 +222,8 @@ def test_an_arch_nvcc_lacks_is_named_before_any_compile(workdir, capsys):
 
 def test_a_missing_reports_folder_is_neither_created_nor_reported_written(tmp_path, capsys):
     missing = tmp_path / "no" / "such"
-    status, lines = run_main(["report", "--reports", str(missing)], capsys)
-    assert status == 2 and lines == [f"pycuda-heads report: --reports {missing} does not exist"]
+    status, lines = run_main(["report", "--out", str(missing)], capsys)
+    assert status == 2 and lines == [f"pycuda-heads report: --out {missing} does not exist"]
     assert not (tmp_path / "no").exists()
 
 
@@ -227,7 +231,7 @@ def test_a_missing_reports_folder_is_neither_created_nor_reported_written(tmp_pa
     (["check", "--jobs", "0"], "expected an integer >= 1, got '0'"),
     (["smoke", "--steps", "-3"], "expected an integer >= 1, got '-3'"),
     (["validate", "--out", "afile"], "--out afile: afile is a file"),
-    (["report", "--reports", "no/such"], "--reports no/such does not exist"),
+    (["report", "--out", "no/such"], "--out no/such does not exist"),
     (["report", "--gpu", "nosuchgpu"], "--gpu nosuchgpu: no data under reports"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_the_command_prints_one_line_in_a_fresh_process(args, message, workdir):
@@ -318,7 +322,7 @@ def test_a_corrupt_cache_names_the_file_in_export_and_efficiency(tmp_path, capsy
     bad = tmp_path / "g" / "tuning" / "gate.forward__N_HORIZONS=5__B=3.json"
     bad.parent.mkdir(parents=True)
     bad.write_text('{"evaluations": [')
-    args = parser().parse_args([command, "--reports", str(tmp_path), "--slug", "g"])
+    args = parser().parse_args([command, "--out", str(tmp_path), "--gpu", "g"])
     assert args.func(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(bad) in err[0] and "not valid JSON" in err[0]

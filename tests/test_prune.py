@@ -34,7 +34,7 @@ def _trials(path):
             for s in storage.get_all_studies()}
 
 
-def test_prune_keeps_the_studies_behind_the_table(tmp_path, capsys):
+def test_prune_keeps_the_studies_behind_the_table(tmp_path, capsys, monkeypatch):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     table = {"slug": "g", "entries": ENTRIES}
     keep = sorted(prune.study_names(table))
@@ -45,9 +45,9 @@ def test_prune_keeps_the_studies_behind_the_table(tmp_path, capsys):
     _journal(journal, [keep[0], stale, keep[1]])
     before = _trials(journal)
     (tmp_path / "tables").mkdir()
-    (tmp_path / "tables" / "g.json").write_text(json.dumps(table))
-    status = main(["prune", "--slug", "g", "--reports", str(tmp_path / "reports"), "--table",
-                   str(tmp_path / "tables")])
+    (tmp_path / "tables" / "g.json").write_text(json.dumps(table))  # the installed table
+    monkeypatch.setenv("PYCUDA_HEADS_TUNED_DIR", str(tmp_path / "tables"))
+    status = main(["prune", "--gpu", "g", "--out", str(tmp_path / "reports")])
     assert status == 0
     assert "kept 2 studies, dropped 1" in capsys.readouterr().out
     after = _trials(journal)

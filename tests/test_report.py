@@ -545,7 +545,7 @@ def test_torch_train_section_states_each_goal() -> None:
 def test_report_cli_writes_every_gpu_and_the_index(reports: Path) -> None:
     parser = argparse.ArgumentParser()
     report.register(parser.add_subparsers())
-    args = parser.parse_args(["report", "--reports", str(reports)])
+    args = parser.parse_args(["report", "--out", str(reports)])
     assert args.func(args) == 0
     index = (reports / "README.md").read_text()
     assert "[nvidia-h200/README.md](nvidia-h200/README.md)" in index
@@ -671,9 +671,9 @@ def test_report_twice_gives_the_same_bytes_and_leaves_its_data_alone(tmp_path) -
     shutil.copytree(root, first)
     data = {p.relative_to(first): p.read_bytes() for p in first.rglob("*")
             if p.is_file() and p.suffix in (".csv", ".json", ".journal")}
-    assert main(["report", "--reports", str(first)]) == 0
+    assert main(["report", "--out", str(first)]) == 0
     shutil.copytree(first, second)
-    assert main(["report", "--reports", str(second)]) == 0
+    assert main(["report", "--out", str(second)]) == 0
     for rel, before in data.items():
         assert (first / rel).read_bytes() == before, f"report changed {rel}"
     mismatch = filecmp.dircmp(first, second)

@@ -637,17 +637,16 @@ def test_cli_try_takes_json_objects(capsys):
         assert "--try" in capsys.readouterr().err
 
 
-def test_cli_export_and_efficiency(tmp_path, capsys):
+def test_cli_export_and_efficiency(tmp_path, capsys, monkeypatch):
     def tuned(b: int) -> None:
         task = gate_task({"B": b})
         tune(task, Comparing(fail=(), time_fn=gate_time), Feasibility(task), out=tmp_path,
              mode="exhaustive")
 
     def export() -> dict:
-        args = parser().parse_args(["export", "--reports", str(tmp_path),
-                                    "--out", str(tmp_path / "tables")])
+        args = parser().parse_args(["export", "--out", str(tmp_path)])
         assert args.func(args) == 0
-        return json.loads((tmp_path / "tables" / "toy-gpu.json").read_text())
+        return json.loads((tmp_path / "toy-gpu" / "toy-gpu.json").read_text())
 
     tuned(4096)  # one suite shape of three: the kernel ships no entry yet
     table = export()
@@ -659,10 +658,16 @@ def test_cli_export_and_efficiency(tmp_path, capsys):
     table = export()
     assert [e["shape"] for e in table["entries"]] == [{"B": 3}, {"B": 4096}, {"B": 65536}]
     assert table["entries"][1]["params"] == {"BLOCK": 256, "ITEMS": 2}
-    args = parser().parse_args(["efficiency", "--reports", str(tmp_path), "--seeds", "2"])
+    assert not (tmp_path / "tables").exists()  # installed only when asked
+    monkeypatch.setenv("PYCUDA_HEADS_TUNED_DIR", str(tmp_path / "tables"))
+    args = parser().parse_args(["export", "--out", str(tmp_path), "--install"])
+    assert args.func(args) == 0
+    assert json.loads((tmp_path / "tables" / "toy-gpu.json").read_text()) == table
+    args = parser().parse_args(["efficiency", "--out", str(tmp_path), "--seeds", "2"])
     assert args.func(args) == 0
     assert len(json.loads((tuning_dir(tmp_path, "toy-gpu") / EFFICIENCY_JSON).read_text())) == 3
-    args = parser().parse_args(["export", "--reports", str(tmp_path / "empty")])
+    (tmp_path / "empty").mkdir()
+    args = parser().parse_args(["export", "--out", str(tmp_path / "empty")])
     assert args.func(args) == 2
 
 
@@ -694,10 +699,9 @@ def test_gpu_commands_wire_the_gpu_pieces_together(tmp_path, monkeypatch, capsys
                                 "--trials", "8", "--out", str(tmp_path), "--no-progress"])
     assert args.func(args) == 0
     assert "pool.forward B=2,K=8" in capsys.readouterr().out
-    args = parser().parse_args(["export", "--reports", str(tmp_path),
-                                "--out", str(tmp_path / "tables")])
+    args = parser().parse_args(["export", "--out", str(tmp_path)])
     assert args.func(args) == 0
-    table = json.loads((tmp_path / "tables" / "fake-h200.json").read_text())
+    table = json.loads((tmp_path / "fake-h200" / "fake-h200.json").read_text())
     # pool.forward, tuned at one of its five suite shapes, ships no entry yet
     assert len(table["entries"]) == 6 and table["gpu"] == "Fake H200"
     assert list(table["provenance"]["kernels_not_tuned_at_every_suite_shape"]) == ["pool.forward"]

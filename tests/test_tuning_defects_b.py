@@ -170,8 +170,8 @@ BROKEN = {"holds []": lambda data: [], "history without study": _no_study,
 def test_export_and_efficiency_name_a_malformed_cache(tmp_path, capsys, command, broken):
     [cache] = gate_caches(tmp_path)
     cache.write_text(json.dumps(broken(json.loads(cache.read_text()))))
-    extra = ["--out", str(tmp_path / "tables")] if command == "export" else ["--seeds", "1"]
-    assert main([command, "--reports", str(tmp_path), *extra]) == 2
+    extra = [] if command == "export" else ["--seeds", "1"]
+    assert main([command, "--out", str(tmp_path), *extra]) == 2
     assert str(cache) in one_line(capsys)
 
 
@@ -179,7 +179,7 @@ def test_export_out_given_a_file_is_refused(tmp_path, capsys):
     gate_caches(tmp_path)
     out = tmp_path / "table.json"
     out.write_text("keep me")
-    assert main(["export", "--reports", str(tmp_path), "--out", str(out)]) == 2
+    assert main(["export", "--out", str(out)]) == 2
     assert str(out) in one_line(capsys) and out.read_text() == "keep me"
 
 
@@ -191,12 +191,12 @@ def test_efficiency_keeps_the_entries_it_did_not_replay(tmp_path, capsys):
     shipped = [{"kernel": "residual.forward", "shape": {"B": 3}, "median_trials_to_3pct": 7.0},
                {"kernel": "gate.forward", "shape": {"B": 4096}, "median_trials_to_3pct": 99.0}]
     table.write_text(json.dumps(shipped))
-    assert main(["efficiency", "--reports", str(tmp_path), "--slug", "toy-gpu",
+    assert main(["efficiency", "--out", str(tmp_path), "--gpu", "toy-gpu",
                  "--seeds", "1"]) == 0
     rows = json.loads(table.read_text())
     assert rows[:2] == shipped  # kept as shipped, the one of B=4096 too (no --replace)
     assert [(r["kernel"], r["shape"]) for r in rows[2:]] == [("gate.forward", {"B": 3})]
-    assert main(["efficiency", "--reports", str(tmp_path), "--seeds", "1", "--replace"]) == 0
+    assert main(["efficiency", "--out", str(tmp_path), "--seeds", "1", "--replace"]) == 0
     rows = json.loads(table.read_text())
     assert rows[0] == shipped[0] and len(rows) == 3
     assert rows[1]["shape"] == {"B": 4096} and rows[1]["median_trials_to_3pct"] != 99.0
@@ -217,7 +217,7 @@ def test_an_empty_kernel_selection_is_refused(no_gpu_work, capsys):
 
 def test_efficiency_names_an_unknown_slug_and_the_known_ones(tmp_path, capsys):
     gate_caches(tmp_path)
-    assert main(["efficiency", "--reports", str(tmp_path), "--slug", "nosuch"]) == 2
+    assert main(["efficiency", "--out", str(tmp_path), "--gpu", "nosuch"]) == 2
     line = one_line(capsys)
     assert "nosuch" in line and "toy-gpu" in line
     assert not (tmp_path / "nosuch").exists()

@@ -31,26 +31,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     _search_options(p, mode="tpe")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("export", help="best validated configurations -> the package's table")
-    p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
-    p.add_argument("--reports", type=Path, default=Path("reports"))
-    p.add_argument("--out", type=Path, default=None,
-                   help="table folder (default: the package's pycuda_heads/tuned)")
+    p = sub.add_parser("export", help="best validated configurations -> the GPU's tuned table")
+    _results_options(p)
+    p.add_argument("--install", action="store_true",
+                   help="write the table into the installed package (pycuda_heads/tuned, or "
+                        "$PYCUDA_HEADS_TUNED_DIR), where the ops read it (default: only into "
+                        "the results folder, OUT/<gpu>/<gpu>.json)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("prune", help="cut the journal down to the studies behind the "
-                                     "tuned table's entries")
-    p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
-    p.add_argument("--reports", type=Path, default=Path("reports"))
-    p.add_argument("--table", type=Path, default=None,
-                   help="table folder whose entries' studies are kept (default: the "
-                        "package's pycuda_heads/tuned)")
+                                     "tuned tables' entries")
+    _results_options(p)
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser("efficiency", help="trials TPE needs to come within 3%% of the "
                                           "exhaustive best (CPU replay of the caches)")
-    p.add_argument("--slug", default=None, help="GPU slug (default: every GPU with data)")
-    p.add_argument("--reports", type=Path, default=Path("reports"))
+    _results_options(p)
     p.add_argument("--seeds", type=_positive, default=5, help="TPE seeds 0..N-1")
     p.add_argument("--within", type=_fraction, default=0.03,
                    help="relative distance to the exhaustive best, in (0, 1)")
@@ -58,6 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replay the tasks efficiency.json already holds too, replacing their "
                         "entries (default: keep them and add only the missing ones)")
     p.set_defaults(func=cmd_efficiency)
+
+
+def _results_options(p: argparse.ArgumentParser) -> None:
+    """A command reading the results folder: ``--out`` (must exist) and ``--gpu``."""
+    p.add_argument("--out", type=Path, default=Path("reports"),
+                   help="results folder, one sub-folder per GPU (default: reports)")
+    p.add_argument("--gpu", default=None, help="GPU slug (default: every GPU with data)")
+    p.set_defaults(reads_out=True)
 
 
 _positive = records.int_at_least(1)
@@ -341,49 +345,52 @@ def _writable(out: Path) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from pycuda_heads.core.tuned import TABLE_DIR
+    from pycuda_heads.core.tuned import table_dir
 
     from .export import export, slugs_with_data
-    slugs = [args.slug] if args.slug else slugs_with_data(args.reports)
+    slugs = [args.gpu] if args.gpu else slugs_with_data(args.out)
     if not slugs:
-        print(f"no tuning data under {args.reports}", file=sys.stderr)
-        return 2
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        print(f"pycuda-heads export: --out {args.out} is a file; give the table folder",
-              file=sys.stderr)
+        print(f"pycuda-heads export: no tuning data under {args.out}", file=sys.stderr)
         return 2
     for slug in slugs:  # no phase logged: export writes the table and no data file it reads
         try:
-            path = export(args.reports, slug, args.out or TABLE_DIR)
+            paths = [export(args.out, slug, args.out / slug)]
+            if args.install:
+                paths.append(export(args.out, slug, table_dir()))
         except (OSError, ValueError) as exc:  # FileNotFoundError: no data for the sources
-            print(exc, file=sys.stderr)
+            print(f"pycuda-heads export: {exc}", file=sys.stderr)
             return 2
-        print(f"wrote {path}")
+        print("wrote " + " and ".join(str(p) for p in paths))
     return 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from pycuda_heads.core.tuned import TABLE_DIR
+    from pycuda_heads.core.tuned import table_dir
 
     from .export import slugs_with_data
     from .prune import prune_journal, study_names
     from .storage import tuning_dir
-    slugs = [args.slug] if args.slug else slugs_with_data(args.reports)
+    slugs = [args.gpu] if args.gpu else slugs_with_data(args.out)
     if not slugs:
-        print(f"pycuda-heads prune: no tuning data under {args.reports}", file=sys.stderr)
+        print(f"pycuda-heads prune: no tuning data under {args.out}", file=sys.stderr)
         return 2
     for slug in slugs:
-        table_path = (args.table or TABLE_DIR) / f"{slug}.json"
-        journal = tuning_dir(args.reports, slug) / records.JOURNAL
-        missing = next((f"no {what} at {path}" for what, path in
-                        (("journal", journal), ("tuned table", table_path))
-                        if not path.is_file()), None)
-        if missing:
-            print(f"pycuda-heads prune: {missing}", file=sys.stderr)
+        journal = tuning_dir(args.out, slug) / records.JOURNAL
+        if not journal.is_file():
+            print(f"pycuda-heads prune: no journal at {journal}", file=sys.stderr)
+            return 2
+        # the installed table's entries and the results folder's (exported, maybe not
+        # installed yet)
+        tables = [p for p in (table_dir() / f"{slug}.json", args.out / slug / f"{slug}.json")
+                  if p.is_file()]
+        if not tables:
+            print(f"pycuda-heads prune: no tuned table of {slug} (installed or in {args.out}); "
+                  "nothing tells which studies to keep", file=sys.stderr)
             return 2
         try:
-            table = records.read_json(table_path, "tuned table")
-            kept, dropped = prune_journal(journal, study_names(table))
+            keep = set().union(*(study_names(records.read_json(p, "tuned table"))
+                                 for p in tables))
+            kept, dropped = prune_journal(journal, keep)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             print(f"pycuda-heads prune: {slug}: {exc}", file=sys.stderr)
             return 2
@@ -397,17 +404,17 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     from .efficiency import run_efficiency
     from .export import slugs_with_data
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    known = slugs_with_data(args.reports)
-    if args.slug is not None and args.slug not in known:  # named even where no GPU has data
-        print(f"pycuda-heads efficiency: --slug {args.slug!r} has no tuning data under "
-              f"{args.reports}; GPUs with data: {', '.join(known) or 'none'}", file=sys.stderr)
+    known = slugs_with_data(args.out)
+    if args.gpu is not None and args.gpu not in known:  # named even where no GPU has data
+        print(f"pycuda-heads efficiency: --gpu {args.gpu!r} has no tuning data under "
+              f"{args.out}; GPUs with data: {', '.join(known) or 'none'}", file=sys.stderr)
         return 2
     if not known:
-        print(f"no tuning data under {args.reports}", file=sys.stderr)
+        print(f"pycuda-heads efficiency: no tuning data under {args.out}", file=sys.stderr)
         return 2
-    for slug in [args.slug] if args.slug else known:
+    for slug in [args.gpu] if args.gpu else known:
         try:
-            path = run_efficiency(args.reports, slug, range(args.seeds), args.within,
+            path = run_efficiency(args.out, slug, range(args.seeds), args.within,
                                   replace=args.replace)
         except ValueError as exc:  # a corrupt cache names its file, as in export
             print(exc, file=sys.stderr)

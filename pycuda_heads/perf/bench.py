@@ -395,12 +395,13 @@ def summary(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ops", nargs="+", choices=sorted([*catalog().families(), *COMPOSED]),
+    parser.add_argument("--ops", type=records.name_list([*catalog().families(), *COMPOSED],
+                                                        "ops"),
                         default=[*(f for f in catalog().families() if f != "reduce"),
                                  *COMPOSED],
-                        help="ops to measure (default: every op but reduce, which the "
-                             "backward passes include, the composed head step and the "
-                             "PyTorch training steps)")
+                        help="ops to measure, e.g. pool,step (default: every op but reduce, "
+                             "which the backward passes include, the composed head step and "
+                             "the PyTorch training steps)")
     parser.add_argument("--quick", action="store_true",
                         help="smallest and largest shape of each op, fewer repetitions")
     parser.add_argument("--out", type=Path, default=Path("reports"),

@@ -125,10 +125,11 @@ def build_index(root: Path) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reports", type=Path, default=Path("reports"),
-                        help="the reports folder, one sub-folder per GPU (default: reports)")
-    parser.add_argument("--gpu", nargs="+", metavar="SLUG",
+    parser.add_argument("--out", type=Path, default=Path("reports"),
+                        help="the results folder, one sub-folder per GPU (default: reports)")
+    parser.add_argument("--gpu", type=records.slugs, metavar="SLUG[,SLUG]",
                         help="GPU folders to rebuild (default: every folder holding data)")
+    parser.set_defaults(reads_out=True)
 
 
 def register(subparsers: Any) -> None:
@@ -140,14 +141,14 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    root = Path(args.reports)
+    root = Path(args.out)
     if not root.is_dir():
-        print(f"pycuda-heads report: --reports {root} is not a folder", file=sys.stderr)
+        print(f"pycuda-heads report: --out {root} is not a folder", file=sys.stderr)
         return 2
     known = [d.name for d in gpu_dirs(root)]
     unknown = [slug for slug in args.gpu or () if slug not in known]
     if unknown:  # building it would write a report of nothing into a new folder
-        print(f"pycuda-heads report: --gpu {' '.join(unknown)}: no data under {root}; GPUs with "
+        print(f"pycuda-heads report: --gpu {','.join(unknown)}: no data under {root}; GPUs with "
               f"data: {', '.join(known) or 'none'}", file=sys.stderr)
         return 2
     if not report_plots.available():

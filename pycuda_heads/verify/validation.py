@@ -317,9 +317,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("validate", help="GPU: check every default and tuned variant, write "
                                         "reports/<gpu>/validation.json")
     p.add_argument("--out", default="reports", help="reports folder (default: reports)")
-    p.add_argument("--kernels", nargs="*", choices=sorted({*catalog().specs,
-                                                           *catalog().families()}),
-                   help="only these kernels or families; the record keeps the others' entries")
+    p.add_argument("--kernels", type=records.name_list({*catalog().specs, *catalog().families()},
+                                                       "kernels or families"),
+                   help="only these kernels or families, e.g. pool,gate.forward; the record "
+                        "keeps the others' entries")
     p.add_argument("--commit", help="commit to record (default: git describe, else 'unknown')")
     p.add_argument("--sanitize", action="store_true",
                    help=f"also run every variant under {SANITIZER} ({', '.join(SANITIZER_TOOLS)})"
