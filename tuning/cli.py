@@ -355,8 +355,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     for slug in slugs:  # no phase logged: export writes the table and no data file it reads
         try:
             paths = [export(args.out, slug, args.out / slug)]
-            if args.install:
-                paths.append(export(args.out, slug, table_dir()))
+            if args.install:  # the same bytes
+                paths.append(table_dir() / paths[0].name)
+                records.write_text(paths[1], paths[0].read_text())
         except (OSError, ValueError) as exc:  # FileNotFoundError: no data for the sources
             print(f"pycuda-heads export: {exc}", file=sys.stderr)
             return 2
