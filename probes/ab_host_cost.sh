@@ -5,10 +5,11 @@
 # On the GPU: source .gpu/env.sh && bash probes/ab_host_cost.sh $OUT
 set -euo pipefail
 out=${1:?usage: ab_host_cost.sh OUT_DIR}
-ops=(resgate pool step)  # the base takes them space-separated, this tree comma-separated
+ops=(${AB_OPS:-resgate pool step})  # the base takes them space-separated, this tree comma-separated
 for round in $(seq 1 "${ROUNDS:-2}"); do  # alternated, so a drift of the machine shows in both
-    PYTHONPATH=.base python -c "import sys; from pycuda_heads.cli import main; sys.exit(main(sys.argv[1:]))" \
-        bench --ops "${ops[@]}" --quick --out "$out/base$round" --commit base
+    # from inside .base: python -c puts the working folder first on the path
+    (cd .base && python -c "import sys; from pycuda_heads.cli import main; sys.exit(main(sys.argv[1:]))" \
+        bench --ops "${ops[@]}" --quick --out "$out/base$round" --commit base)
     pycuda-heads bench --ops "$(IFS=,; echo "${ops[*]}")" --quick --out "$out/head$round" \
         --commit head
 done

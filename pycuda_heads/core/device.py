@@ -58,6 +58,22 @@ def thread_context() -> Iterator[None]:
         drv.Context.pop()
 
 
+def bind_primary_context() -> None:
+    """The primary context current in this thread for the driver's own calls (raw launches
+    through cuda-bindings), once per thread. Threads PyCUDA has not seen, torch's autograd
+    threads among them, start with none current. Unlike ``thread_context`` this leaves PyCUDA's
+    context stack alone, so nothing is left on it at exit."""
+    local = RUNTIME.local
+    if getattr(local, "primary_bound", False):
+        return
+    cu = bindings()
+    if not int(checked(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")):
+        with thread_context():  # pushed and popped again: read its handle meanwhile
+            primary = checked(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        checked(cu.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
+    local.primary_bound = True
+
+
 @lru_cache(maxsize=None)
 def bindings() -> Any:
     """NVIDIA's driver bindings (``cuda.bindings.driver``, the ``cuda-bindings`` package): the

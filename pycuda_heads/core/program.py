@@ -22,7 +22,7 @@ import numpy as np
 
 from .arrays import wrap
 from .compile import DriverKernel, on_any_stream
-from .device import thread_context
+from .device import bind_primary_context, thread_context
 from .runtime import scoped
 
 # Stand-in addresses: far above any real device address, one 2^40-byte span each.
@@ -78,7 +78,8 @@ class Program:
             stream: int) -> None:
         """Make the launches on the stream handle ``stream``, with the device addresses of the
         inputs (in the recorded order; 0 for an absent optional one), of the outputs and of
-        the scratch buffer."""
+        the scratch buffer. Any thread may run it."""
+        bind_primary_context()
         bases = (inputs, outputs, (scratch,))
         for launch in self.launches:
             values = launch.values.copy()

@@ -238,8 +238,8 @@ class Bench:
                 log.warning("torch_train: not measured, torch is not importable here")
             else:
                 from . import torch_train
-                append_rows(self.path, torch_train.rows(self._row, self.peers.torch,
-                                                        log.warning))
+                for rows in torch_train.rows(self._row, self.peers.torch, log.warning):
+                    append_rows(self.path, rows)
         return self.path
 
     def _row(self, op: str, shape: str, pass_: str, provider: str,

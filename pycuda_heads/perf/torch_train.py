@@ -12,7 +12,7 @@ Providers, all in one run: each model eager, under ``torch.compile`` and under
 ``torch.compile(mode="reduce-overhead")`` (CUDA graph trees)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..catalog import SUITE_TEMPLATE, catalog
 from ..records import FWD_BWD, TORCH_TRAIN_OP, dims_label
@@ -124,12 +124,13 @@ def train_step(torch: Any, loss_fn: Callable, params: list, inputs: list,
 
 
 def rows(row: Callable[..., dict[str, Any]], torch: Any,
-         warn: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Every torch_train row of one run; ``row(op, shape, pass, provider, result)`` adds the
+         warn: Callable[[str], None]) -> Iterator[list[dict[str, Any]]]:
+    """The torch_train rows of one run, a list per model and shape as each is measured (so a
+    run cut short keeps what it measured); ``row(op, shape, pass, provider, result)`` adds the
     run's common columns. A provider that fails gets an error row, never ends the run."""
-    out = []
     for model in MODELS:
         for shape in SHAPES[model]:
+            out = []
             label = f"{model} {dims_label(shape)}"
             for provider, (impl, mode) in PROVIDERS.items():
                 try:
@@ -142,4 +143,4 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any,
                     warn(f"torch_train {label} {provider}: {type(exc).__name__}: {exc}")
                     result = {"error": f"{type(exc).__name__}: {exc}"[:400]}
                 out.append(row(TORCH_TRAIN_OP, label, FWD_BWD, provider, result))
-    return out
+            yield out
