@@ -31,6 +31,7 @@ def fake_device(fake_gpu, monkeypatch):
     are the op's own (they stand in for the raw-launch ones)."""
     monkeypatch.setattr(core_device, "sm_count", lambda: 132)
     monkeypatch.setattr(core_program, "thread_context", contextlib.nullcontext)
+    monkeypatch.setattr(core_program, "bind_primary_context", lambda: None)
     monkeypatch.setattr(core_program, "on_any_stream", lambda kernel: kernel)
     monkeypatch.setattr(Kernel, "opt_in", lambda self, shared: None)
 
