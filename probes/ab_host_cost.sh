@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Host cost A/B on one GPU machine, one process after the other: the bench's host columns
 # (python_call_us, bare_launch_us) of this tree against another commit's, at the quick shapes.
-# Here:       git worktree add .base <commit>   (then name .base in the device call's carry)
+# Here:       git worktree add .base <commit> && ln -s ../tuning .base/pycuda_heads/tuning
+#             (the base's tuner from its own checkout, not this tree's installed one; then name
+#             .base in the device call's carry)
 # On the GPU: source .gpu/env.sh && bash probes/ab_host_cost.sh $OUT
 set -euo pipefail
 out=${1:?usage: ab_host_cost.sh OUT_DIR}
