@@ -313,3 +313,12 @@ def test_adam_step_in_place_on_its_cpu_kernel(cpu_kernels):
     want = torch_step(torch, p, g, m, v, 2)
     torch.ops.pycuda_heads.adam_step(p, g, m, v, 2, 0)
     assert all(torch.equal(a, b) for a, b in zip((p, m, v), want))
+
+
+def test_the_adam_only_floor_steps_every_parameter_with_its_gradient_kept():
+    params = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2, 2))]
+    step = torch_train.adam_step(torch, params)
+    step()
+    step()
+    assert all(torch.allclose(p, torch.full_like(p, -2e-3)) for p in params)
+    assert all(torch.equal(p.grad, torch.ones_like(p)) for p in params)

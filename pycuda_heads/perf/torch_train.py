@@ -24,6 +24,9 @@ SHAPES = {"frd": ({"B": 256}, {"B": 4096}, {"B": 65536}),
 MODES = {"eager": None, "compile": "default", "compile_ro": "reduce-overhead"}
 #: provider -> (which implementation, how it runs)
 PROVIDERS = {f"{impl}_{mode}": (impl, mode) for impl in ("library", "torch") for mode in MODES}
+#: the fused Adam step alone over the model's parameters, gradients in place: the part of every
+#: provider's step that no kernel of the library changes
+ADAM_ONLY = "adam_only"
 D_IN, FRD_HIDDEN = 128, 128
 N_HORIZONS, HIDDEN_DIM, N_ATOMS = (SUITE_TEMPLATE["N_HORIZONS"], SUITE_TEMPLATE["HIDDEN_DIM"],
                                    21)
@@ -123,6 +126,14 @@ def train_step(torch: Any, loss_fn: Callable, params: list, inputs: list,
     return step
 
 
+def adam_step(torch: Any, params: list) -> Callable[[], None]:
+    """``ADAM_ONLY``'s step: fused Adam over ``params`` whose gradients stay set."""
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+    return opt.step
+
+
 def rows(row: Callable[..., dict[str, Any]], torch: Any,
          warn: Callable[[str], None]) -> Iterator[list[dict[str, Any]]]:
     """The torch_train rows of one run, a list per model and shape as each is measured (so a
@@ -132,12 +143,13 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any,
         for shape in SHAPES[model]:
             out = []
             label = f"{model} {dims_label(shape)}"
-            for provider, (impl, mode) in PROVIDERS.items():
+            for provider, (impl, mode) in (*PROVIDERS.items(), (ADAM_ONLY, ("library", None))):
                 try:
                     library, plain, lib_params, plain_params = models(torch, model)
                     fn, params = (library, lib_params) if impl == "library" else \
                         (plain, plain_params)
-                    step = train_step(torch, fn, params, batch(torch, model, shape), MODES[mode])
+                    step = adam_step(torch, params) if provider == ADAM_ONLY else \
+                        train_step(torch, fn, params, batch(torch, model, shape), MODES[mode])
                     result = wall_us(step, torch.cuda.synchronize)
                 except Exception as exc:
                     warn(f"torch_train {label} {provider}: {type(exc).__name__}: {exc}")

@@ -218,7 +218,7 @@ def _by_shape(rows: Iterable[dict[str, Any]], op: str) -> dict[str, dict[str, di
 TRAIN_PROVIDERS = {"library_eager": "library eager", "library_compile": "library compiled",
                    "library_compile_ro": "library reduce-overhead", "torch_eager": "torch eager",
                    "torch_compile": "torch compiled",
-                   "torch_compile_ro": "torch reduce-overhead"}
+                   "torch_compile_ro": "torch reduce-overhead", "adam_only": "fused Adam alone"}
 # PyTorch training-step goals: (library provider, torch provider, at least this speed-up, at
 # which shapes: None for every one)
 TRAIN_GOALS = (("library_compile_ro", "torch_compile_ro", 1.0, None),

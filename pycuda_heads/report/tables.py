@@ -400,7 +400,9 @@ def torch_train(results: dict[str, dict[str, dict[str, Any]]]) -> str:
              "per step, host and GPU together: the library's modules (`pycuda_heads.torch`) and "
              "the same model in plain torch ops, each eager, under `torch.compile` and under "
              "`torch.compile(mode=\"reduce-overhead\")`. `frd`: FRD head + FRD loss; `pool`: "
-             "attention pool + residual/gate + MSE. Measured at commit "
+             "attention pool + residual/gate + MSE. \"fused Adam alone\" is the optimizer step "
+             "by itself, which every provider pays and no kernel of the library changes. "
+             "Measured at commit "
              f"{', '.join(commits)}.", "",
              table(("model and shape", *(f"{label} us" for label in TRAIN_PROVIDERS.values())),
                    rows), "", table(("model and shape", "comparison", "goal", "status"), goals),
