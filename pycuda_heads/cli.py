@@ -73,20 +73,26 @@ def _folder_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="pycuda-heads", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
-    parser.add_argument("--version", action="version", version=f"pycuda-heads {VERSION}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The ``pycuda-heads`` command line, every subcommand registered."""
+    out = _Parser(prog="pycuda-heads", description=__doc__)
+    out.add_argument("-v", "--verbose", action="store_true", help="debug log lines")
+    out.add_argument("--version", action="version", version=f"pycuda-heads {VERSION}")
+    sub = out.add_subparsers(dest="command", required=True)
     from . import smoke
     from .perf import bench
     from .report import build
     from .verify import static_check, validation
     for module in (static_check, validation, _tuner(), bench, smoke, build):
         module.register(sub)
-    args, unknown = parser.parse_known_args(argv)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser_ = parser()
+    args, unknown = parser_.parse_known_args(argv)
     if unknown and not getattr(args, "any_arguments", False):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser_.error(f"unrecognized arguments: {' '.join(unknown)}")
     why = _folder_error(args)
     if why:  # before any GPU work, and before a command creates the folder
         print(f"pycuda-heads {args.command}: {why}", file=sys.stderr)
