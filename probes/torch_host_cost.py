@@ -76,18 +76,17 @@ def main(out: str) -> None:
     for fn, _ in cases.values():  # compile every kernel before anything is timed
         fn()
     torch.cuda.synchronize()
-    rows = []
-    for name, (fn, launches) in cases.items():
-        us = per_call_us(fn)
-        rows.append({"case": name, "us_per_call": round(us, 2), "launches": launches,
-                     "us_per_launch": round(us / launches, 2),
-                     "ratio_to_torch_op": round(us / launches / op_us, 2)})
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "calls": CALLS, "reps": REPS, "torch_op_us": round(op_us, 2),
-              "torch_ops_us": {k: round(v, 2) for k, v in yardstick.items()}, "cases": rows}
-    with open(out, "w") as f:
-        json.dump(record, f, indent=1)
+              "torch_ops_us": {k: round(v, 2) for k, v in yardstick.items()}, "cases": []}
+    for name, (fn, launches) in cases.items():
+        us = per_call_us(fn)
+        record["cases"].append({"case": name, "us_per_call": round(us, 2), "launches": launches,
+                                "us_per_launch": round(us / launches, 2),
+                                "ratio_to_torch_op": round(us / launches / op_us, 2)})
+        with open(out, "w") as f:  # after each case: a run cut short keeps what it measured
+            json.dump(record, f, indent=1)
     print(json.dumps(record, indent=1))
 
 
