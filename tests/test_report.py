@@ -384,6 +384,22 @@ def test_speedups_below_one_read_slower() -> None:
     assert "4.00x slower" in table_row(section, "B=3", "forward")[10]
 
 
+def test_a_pass_whose_data_sits_in_l2_gets_no_share_of_the_dram_floor() -> None:
+    from pycuda_heads.report import data, tables
+    fits = _case({"tuned": _row(4.0, l2_cache_bytes=50 << 20),
+                  "floor": _row(1.0, floor_bytes=1 << 20)})
+    beats = _case({"tuned": _row(6.1), "floor": _row(7.0, floor_bytes=1 << 30)})
+    dram = _case({"tuned": _row(4.0, l2_cache_bytes=50 << 20),
+                  "floor": _row(2.0, floor_bytes=1 << 30)})
+    assert fits.l2_resident and beats.l2_resident and not dram.l2_resident
+    assert fits.floor_fraction is None and dram.floor_fraction == 0.5
+    assert [tables.floor_cell(c) for c in (fits, beats, dram)] == ["in L2", "in L2", "50%"]
+    target = data._floor_target(beats)
+    assert target.met is None and "fits in L2" in target.detail
+    section = tables.op_section("gate", [beats], [])
+    assert table_row(section, "B=3", "forward")[8] == "in L2"
+
+
 def test_noisy_cells_are_marked_and_same_launch_is_not_a_ratio() -> None:
     from pycuda_heads.report import tables
     config = json.dumps({"forward": {"params": {"BLOCK": 256}, "source": "x"}})

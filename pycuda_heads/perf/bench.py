@@ -49,8 +49,8 @@ COMPOSED = (STEP, TORCH_TRAIN)
 PEERS = ("torch_eager", "torch_compile")
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
-           "reps", "python_call_us", "bare_launch_us", "floor_bytes", "copy_bandwidth_GBps", "max_rel_err",
-           "noisy", "config", "error")
+           "reps", "python_call_us", "bare_launch_us", "floor_bytes", "copy_bandwidth_GBps",
+           "l2_cache_bytes", "max_rel_err", "noisy", "config", "error")
 
 
 def library_op(specs: Sequence[KernelSpec], provider: str,
@@ -73,10 +73,13 @@ class CudaHarness:
         self._drv = device.cuda()
         self.slug = device.gpu_slug()
 
-    def env(self) -> dict[str, str]:
+    def env(self) -> dict[str, Any]:
         v = self._drv.get_driver_version()
+        drv = self._drv
+        with device.thread_context():
+            l2 = drv.Context.get_device().get_attribute(drv.device_attribute.L2_CACHE_SIZE)
         return {"gpu": device.gpu_name(), "driver_version": _driver_version(),
-                "cuda_version": f"{v // 1000}.{v % 1000 // 10}"}
+                "cuda_version": f"{v // 1000}.{v % 1000 // 10}", "l2_cache_bytes": l2}
 
     def upload(self, x: Mapping[str, np.ndarray]) -> dict[str, Any]:
         import pycuda.gpuarray as gpuarray

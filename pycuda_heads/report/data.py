@@ -28,7 +28,7 @@ from ..records import (
 )
 
 NUMERIC = ("median_us", "p20_us", "p80_us", "reps", "python_call_us", "bare_launch_us",
-           "floor_bytes",
+           "floor_bytes", "l2_cache_bytes",
            "copy_bandwidth_GBps", "max_rel_err")
 
 
@@ -299,7 +299,20 @@ class BenchResult:
 
     @property
     def floor_fraction(self) -> float | None:
-        return self.over_tuned("floor")
+        """Floor time over tuned time; None where the pass's data sits in L2, where the DRAM
+        floor says nothing (``l2_resident``)."""
+        return None if self.l2_resident else self.over_tuned("floor")
+
+    @property
+    def l2_resident(self) -> bool:
+        """The pass's bytes fit the GPU's L2 (as the bench read it off the device), or it ran
+        faster than moving them through DRAM could: a cache served them."""
+        tuned, floor = self.rows.get("tuned") or {}, self.rows.get("floor") or {}
+        l2, moved = tuned.get("l2_cache_bytes"), floor.get("floor_bytes")
+        if l2 and moved and moved <= l2:
+            return True
+        x = self.over_tuned("floor")
+        return x is not None and x > 1
 
 
 def pass_order(pass_: str) -> tuple[int, str]:
@@ -378,6 +391,8 @@ class Target:
 
 def _floor_target(case: BenchResult) -> Target:
     f, t, floor = case.floor_fraction, case.time("tuned"), case.time("floor")
+    if case.l2_resident:
+        return Target("floor", case, None, None, "its data fits in L2: no DRAM floor applies")
     if f is None or t is None or floor is None:
         return Target("floor", case, None, None, _why_unmeasured(case, ("tuned", "floor")))
     if f >= FLOOR_GOAL:

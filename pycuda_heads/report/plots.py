@@ -98,9 +98,11 @@ def op_times(op: str, gpu: str, op_cases: Sequence[BenchResult], empty_us: float
 
 @_drawn
 def op_floor(op: str, gpu: str, op_cases: Sequence[BenchResult], path: Path) -> bool:
-    """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass. False
-    (and no file) when no pass has both a floor and a time."""
-    panels = _panels(op_cases)
+    """Fraction of the copy-bandwidth floor each provider reaches, one panel per pass, at the
+    shapes whose data does not sit in L2. False (and no file) when no pass has both a floor and
+    a time."""
+    panels = [(pass_, [c for c in cs if not c.l2_resident]) for pass_, cs in _panels(op_cases)]
+    panels = [(pass_, cs) for pass_, cs in panels if cs]
     if not any(c.time("floor") and c.time(p) for _, cs in panels for c in cs for p in PROVIDERS):
         return False
     fig, axes = _figure(len(panels))

@@ -57,6 +57,11 @@ def percent(v: float | None) -> str:
     return f"{100 * v:.1f}%" if v < 0.1 else f"{100 * v:.0f}%"
 
 
+def floor_cell(case: BenchResult) -> str:
+    """The share of the DRAM floor, or "in L2" where the floor does not apply."""
+    return "in L2" if case.l2_resident else percent(case.floor_fraction)
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
@@ -219,7 +224,7 @@ def headline(all_cases: Sequence[BenchResult]) -> str:
         for c in extreme_cases(all_cases, op, largest=True):
             if c.pass_ == FWD_BWD:
                 rows.append((op, c.shape, us(c.time("tuned")), us(c.time("floor")),
-                             percent(c.floor_fraction), speedup(c.over_tuned("torch_eager")),
+                             floor_cell(c), speedup(c.over_tuned("torch_eager")),
                              speedup(c.over_tuned("torch_compile"))))
     if not rows:
         return ""
@@ -306,7 +311,7 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
                                             c.call_us("torch_eager"), c.call_us("torch_compile")))
         rows.append((c.shape, c.pass_, tuned, spread, _time_cell(c, "default"),
                      _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
-                     us(c.time("floor")), percent(c.floor_fraction),
+                     us(c.time("floor")), floor_cell(c),
                      speedup(c.over_tuned("torch_eager")), speedup(c.over_tuned("torch_compile")),
                      _tuned_vs_default(c), calls))
         noisy = noisy or any(c.noisy(p) for p in c.rows if c.time(p) is not None)
@@ -523,7 +528,9 @@ METHOD = """## How the numbers are made
   counted). The FRD label check of the library is off while timing (labels are valid).
 - **vs torch eager**, **vs torch.compile**, **tuned vs default**: the other time over the
   tuned time (above 1 means the tuned kernels are faster); **of the floor**: floor time over
-  tuned time.
+  tuned time, or **in L2** where the pass's bytes fit the GPU's L2 cache (read off the device
+  by the bench) or it ran faster than DRAM could move them: there the DRAM floor does not
+  apply, and no share of it is given.
 """
 
 
