@@ -230,6 +230,9 @@ def train_results(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[st
     """"<model> <shape>" -> provider -> row of the PyTorch training steps."""
     return _by_shape(rows, TORCH_TRAIN_OP)
 
+# A case is called changed only beyond this much, plus its run's own noise (``Change.band``).
+CHANGE_BAND = 0.05
+
 # The team's goals, measured on the H200.
 FLOOR_GOAL = 0.75     # largest shapes, fwd+bwd: fraction of the copy-bandwidth floor
 COMPILE_GOAL = 5.0    # largest shapes, fwd+bwd: speed-up over torch.compile
@@ -367,6 +370,24 @@ class Change:
     @property
     def ratio(self) -> float:
         return self.case.time("tuned") / self.before["median_us"]
+
+    @property
+    def band(self) -> float:
+        """How far the ratio may stray from 1 by noise alone: ``CHANGE_BAND``, plus how much
+        the empty kernel launch itself moved between the two runs (a slower machine or day),
+        plus the wider of the two measurements' p20-p80 spreads."""
+        drift = abs(self.empty_now / self.empty_before - 1) \
+            if self.empty_now and self.empty_before else 0.0
+        spreads = [(r.get("p80_us") - r.get("p20_us")) / r["median_us"]
+                   for r in (self.before, self.case.rows.get("tuned") or {})
+                   if r.get("median_us") and r.get("p20_us") is not None
+                   and r.get("p80_us") is not None]
+        return CHANGE_BAND + drift + max(spreads, default=0.0)
+
+    @property
+    def moved(self) -> int:
+        """+1 slower beyond the noise band (a regression), -1 faster beyond it, 0 within."""
+        return (self.ratio > 1 + self.band) - (self.ratio < 1 - self.band)
 
 
 def changes(all_cases: Sequence[BenchResult], data: ReportData) -> list[Change]:

@@ -13,6 +13,7 @@ from .data import (
     HOST_GOAL,
     LABELS,
     STEP_GOALS,
+    CHANGE_BAND,
     STEP_PROVIDERS,
     TRAIN_GOALS,
     TRAIN_PROVIDERS,
@@ -268,30 +269,29 @@ def targets(found: Sequence[Target], empty_us: float | None) -> str:
     return "\n".join(lines)
 
 
-# A case more than this much slower than its previous measurement is called a regression.
-CHANGE_BAND = 0.05
-
-
 def changes(found: Sequence[Change]) -> str:
-    """Each case's tuned time against its newest earlier measurement: the cases that moved by
-    more than CHANGE_BAND, regressions first."""
+    """Each case's tuned time against its newest earlier measurement: the cases that moved
+    beyond their noise band (``Change.band``), regressions first."""
     if not found:
         return ""
-    moved = sorted((c for c in found if abs(c.ratio - 1) > CHANGE_BAND), key=lambda c: -c.ratio)
-    slower = sum(c.ratio > 1 + CHANGE_BAND for c in moved)
+    moved = sorted((c for c in found if c.moved), key=lambda c: -c.ratio)
+    slower = sum(c.moved > 0 for c in moved)
     lines = ["## Changes since the previous run", "",
              "The tuned time of each case against its newest earlier measurement (an earlier "
-             "run: another commit, possibly another day or machine; each run's empty kernel "
-             f"launch is beside it). Within {CHANGE_BAND:.0%}: {len(found) - len(moved)} of "
-             f"{len(found)} cases; slower by more (regressions): {slower}; faster by more: "
+             "run: another commit, possibly another day or machine). A case counts as changed "
+             f"only beyond its noise band: {CHANGE_BAND:.0%}, plus how much the empty kernel "
+             "launch itself moved between the two runs, plus the wider p20–p80 spread of the "
+             f"two measurements. Within it: {len(found) - len(moved)} of {len(found)} cases; "
+             f"slower beyond it (regressions): {slower}; faster beyond it: "
              f"{len(moved) - slower}.", ""]
     if moved:
         lines += [table(("op", "shape", "pass", "before us", "before at", "now us", "change",
-                         "empty launch before / now us", "status"),
+                         "noise band", "empty launch before / now us", "status"),
                         ((c.case.op, c.case.shape, c.case.pass_, us(c.before["median_us"]),
                           commit(c.before.get("commit")), us(c.case.time("tuned")),
-                          f"{c.ratio - 1:+.0%}", f"{us(c.empty_before)} / {us(c.empty_now)}",
-                          "**regression**" if c.ratio > 1 + CHANGE_BAND else "faster")
+                          f"{c.ratio - 1:+.0%}", f"±{c.band:.0%}",
+                          f"{us(c.empty_before)} / {us(c.empty_now)}",
+                          "**regression**" if c.moved > 0 else "faster")
                          for c in moved)), ""]
     return "\n".join(lines)
 
