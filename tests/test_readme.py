@@ -49,7 +49,14 @@ def test_each_command_parses(argv):
 
 def test_the_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert ci in SHELL[1], "README's test command and .ci/run differ"
+    [tests] = [code for code in SHELL if "pytest" in code]
+    assert ci == tests.strip(), "README's test command and .ci/run differ"
+
+
+def test_the_first_screen_shows_install_numpy_and_torch_use():
+    first = "\n".join(README.splitlines()[:40])
+    assert 'pip install ".[gpu,torch]"' in first
+    assert "pool.forward(q_h, ln)" in first and "torch.compile(" in first
 
 
 @pytest.mark.gpu
