@@ -1,6 +1,6 @@
 """The README's snippets as written: every Python block compiles and, on a GPU, runs (in order,
-in one process: later blocks use earlier names); every ``pycuda-heads`` command of a shell block
-parses with the real command line; the test command is CI's."""
+in one process: later blocks use earlier names); every ``pycuda-heads`` command of a shell block,
+in the README and in docs/, parses with the real command line; the test command is CI's."""
 import re
 import shlex
 import subprocess
@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"^```(\w+)\n(.*?)^```$", README, flags=re.S | re.M)
 PYTHON = [code for lang, code in BLOCKS if lang == "python"]
-SHELL = [code for lang, code in BLOCKS if lang == "sh"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL = [code for page in DOCS
+         for lang, code in re.findall(r"^```(\w+)\n(.*?)^```$", page.read_text(), flags=re.S | re.M)
+         if lang == "sh"]
 
 
 def test_every_code_block_says_its_language():
