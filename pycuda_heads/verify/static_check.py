@@ -205,8 +205,16 @@ def jobs(cat: Catalog, everything: bool, archs: tuple[str, ...]) -> list[Job]:
 
 
 def run_checks(todo: list[Job], workers: int = 4) -> list[StaticReport]:
+    """Every job's report, in order; a progress bar on stderr when tqdm is installed (``check
+    --all`` compiles thousands of variants)."""
     with ThreadPoolExecutor(workers) as pool:  # nvcc runs as subprocesses
-        return list(pool.map(lambda j: check_kernel(*j), todo))
+        done = pool.map(lambda j: check_kernel(*j), todo)
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return list(done)
+        return list(tqdm(done, total=len(todo), desc="check", unit="variant", mininterval=1.0,
+                         disable=len(todo) < 50))
 
 
 def _cli(args: argparse.Namespace) -> int:
