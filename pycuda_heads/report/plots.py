@@ -16,11 +16,13 @@ from .data import (
     shape_text,
 )
 
-STYLE = {"tuned": ("C0", "o", "-"), "default": ("C1", "s", "-"), "torch_eager": ("C2", "^", "-"),
-         "torch_compile": ("C3", "v", "-"), "floor": ("k", "", "--")}
+# Markers only: the shapes along x are categories, and a line between two of them would say
+# something about the shapes between, which were not measured.
+STYLE = {"tuned": ("C0", "o"), "default": ("C1", "s"), "torch_eager": ("C2", "^"),
+         "torch_compile": ("C3", "v"), "floor": ("k", "_")}
 # Tuned and default often coincide: default is drawn wide and hollow underneath, tuned on top.
-UNDER = {"default": {"linewidth": 4, "markersize": 10, "markerfacecolor": "none", "alpha": 0.6,
-                     "zorder": 2}}
+UNDER = {"default": {"markersize": 10, "markerfacecolor": "none", "alpha": 0.6, "zorder": 2},
+         "floor": {"markersize": 14, "markeredgewidth": 2, "zorder": 3}}
 
 
 def available() -> bool:
@@ -37,9 +39,20 @@ def _drawn(draw: Callable[..., bool]) -> Callable[..., bool]:
 
 
 def _plot(ax: Any, provider: str, points: Sequence[tuple[float, float]]) -> None:
-    color, marker, line = STYLE[provider]
-    ax.plot(*zip(*points), color=color, marker=marker, linestyle=line, label=LABELS[provider],
+    color, marker = STYLE[provider]
+    ax.plot(*zip(*points), color=color, marker=marker, linestyle="", label=LABELS[provider],
             **UNDER.get(provider, {"zorder": 3}))
+
+
+def _legend_below(fig: Any, axes: Sequence[Any]) -> None:
+    """One legend for all panels, under them, where it covers no data."""
+    handles, labels = {}, {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    labels = list(handles)
+    fig.legend([handles[k] for k in labels], labels, loc="outside lower center",
+               ncols=min(len(labels), 6), fontsize=8)
 
 
 def _figure(n_panels: int, width: float = 4.6, height: float = 3.6) -> Any:
@@ -90,7 +103,7 @@ def op_times(op: str, gpu: str, op_cases: Sequence[BenchResult], empty_us: float
         ax.set_title(pass_)
         ax.set_ylabel("GPU time per call (us)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    _legend_below(fig, axes)
     fig.suptitle(f"{op}: GPU time per call on {gpu}")
     fig.savefig(path, dpi=100)
     return True
@@ -121,7 +134,7 @@ def op_floor(op: str, gpu: str, op_cases: Sequence[BenchResult], path: Path) -> 
         ax.set_title(pass_)
         ax.set_ylabel("floor time / time")
         ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
+    _legend_below(fig, axes)
     fig.suptitle(f"{op}: fraction of the copy-bandwidth floor on {gpu}")
     fig.savefig(path, dpi=100)
     return True
