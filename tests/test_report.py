@@ -511,8 +511,12 @@ def test_time_plot_axis_spans_the_times_not_the_floor(reports: Path, monkeypatch
     assert ax.get_ylim()[0] == pytest.approx(1.0)  # half the fastest time, not the 1e-5 floor
     assert "NVIDIA H200" in seen[0].get_suptitle()
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert lines["default"].get_linewidth() > lines["tuned"].get_linewidth()  # both visible
+    # both visible: default wide and hollow underneath; markers only, no line across shapes
+    assert lines["default"].get_markersize() > lines["tuned"].get_markersize()
     assert lines["tuned"].get_zorder() > lines["default"].get_zorder()
+    assert {line.get_linestyle() for line in lines.values()
+            if line.get_label() in ("tuned", "default", "floor")} == {"None"}
+    assert seen[0].legends and not ax.get_legend()  # under the panels, not over the data
 
 
 def test_head_step_section_compares_the_graph_with_torch() -> None:
