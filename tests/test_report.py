@@ -567,6 +567,24 @@ def test_torch_train_section_states_each_goal() -> None:
     assert [c.op for c in data.cases(rows)] == []
 
 
+def test_caches_tuned_for_other_sources_are_flagged_stale(tmp_path: Path) -> None:
+    from pycuda_heads.report import data, tables
+    d = data.ReportData(tmp_path)
+    d.validation = {"variants": [{"kernel": "gate.forward", "source_hash": "now"}]}
+    cache = {"kernel": "gate.forward", "template": {"N_HORIZONS": 5}, "shape": {"B": 3},
+             "default_time_us": 2.0, "best": {"time_us": 1.0, "params": {"BLOCK": 64}}}
+    d.tuning = [{**cache, "source_hash": "old"},
+                {**cache, "shape": {"B": 4096}, "source_hash": "now"}]
+    d.efficiency = [{"kernel": "gate.forward", "shape": {"B": 3}, "n_points": 9},
+                    {"kernel": "gate.forward", "shape": {"B": 4096}, "n_points": 9}]
+    section = tables.tuning(d, {})
+    assert table_row(section, "gate.forward (**stale**)", "N_HORIZONS=5", "B=3")
+    assert table_row(section, "gate.forward", "N_HORIZONS=5", "B=4096")
+    section = tables.efficiency(d)
+    assert table_row(section, "gate.forward (**stale**)", "B=3")
+    assert table_row(section, "gate.forward", "B=4096")
+
+
 def test_report_cli_writes_every_gpu_and_the_index(reports: Path) -> None:
     parser = argparse.ArgumentParser()
     report.register(parser.add_subparsers())

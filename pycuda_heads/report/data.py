@@ -184,6 +184,19 @@ def timed_by_several(workers: Sequence[dict[str, Any]]) -> int | None:
     return sum(n > 1 for n in seen.values())
 
 
+def current_hashes(validation: dict[str, Any] | None) -> dict[str, str]:
+    """kernel -> the source hash its family was last validated at: the sources a tuning cache
+    must have been made for to speak of what is shipped."""
+    return {v["kernel"]: v["source_hash"] for v in (validation or {}).get("variants", ())
+            if v.get("kernel") and v.get("source_hash")}
+
+
+def stale_cache(cache: dict[str, Any], current: dict[str, str]) -> bool:
+    """The cache was tuned for other kernel sources than the validated ones."""
+    now = current.get(cache.get("kernel", ""))
+    return bool(now and cache.get("source_hash") and cache["source_hash"] != now)
+
+
 # --- benchmark rows as cases (op x shape x pass, one row per provider), their ratios, targets
 
 

@@ -7,13 +7,13 @@ from typing import Any, Iterable, Sequence
 
 from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP, TORCH_TRAIN_OP
 from .data import (
+    CHANGE_BAND,
     COMPILE_GOAL,
     EMPTY_GOAL,
     FLOOR_GOAL,
     HOST_GOAL,
     LABELS,
     STEP_GOALS,
-    CHANGE_BAND,
     STEP_PROVIDERS,
     TRAIN_GOALS,
     TRAIN_PROVIDERS,
@@ -21,11 +21,13 @@ from .data import (
     Change,
     ReportData,
     Target,
+    current_hashes,
     extreme_cases,
     multi_worker_runs,
     ops,
     shape_text,
     speedup_text,
+    stale_cache,
     timed_by_several,
 )
 
@@ -421,7 +423,7 @@ def torch_train(results: dict[str, dict[str, dict[str, Any]]]) -> str:
 def tuning(data: ReportData, plots: dict[str, str]) -> str:
     if not data.tuning:
         return ""
-    rows = []
+    rows, current = [], current_hashes(data.validation)
     for cache in data.tuning:
         best = cache.get("best") or {}
         default_us, best_us = cache.get("default_time_us"), best.get("time_us")
@@ -429,13 +431,16 @@ def tuning(data: ReportData, plots: dict[str, str]) -> str:
         validated = sum(bool(e.get("validated")) for e in cache.get("evaluations") or ())
         importance = cache.get("importance") or {}
         top = max(importance, key=importance.get) if importance else "–"
-        rows.append((cache["kernel"], shape_text(cache.get("template")),
+        kernel = cache["kernel"] + (" (**stale**)" if stale_cache(cache, current) else "")
+        rows.append((kernel, shape_text(cache.get("template")),
                      shape_text(cache.get("shape")), us(default_us), us(best_us),
                      speedup(default_us / best_us if default_us and best_us else None),
                      ", ".join(f"{k} {n}" for k, n in sorted(states.items())) or "–", validated,
                      json.dumps(best.get("params")) if best.get("params") else "none accepted",
                      top))
     lines = ["## Tuning", "",
+             "A cache marked stale was tuned for other kernel sources than the validated ones: "
+             "its numbers describe code that no longer ships.", "",
              table(("kernel", "template", "shape", "default us", "best us", "best vs default",
                     "evaluations", "validated", "best parameters", "most important knob"),
                    rows), ""]
@@ -446,7 +451,14 @@ def tuning(data: ReportData, plots: dict[str, str]) -> str:
 def efficiency(data: ReportData) -> str:
     if not data.efficiency:
         return ""
-    rows = [(e.get("kernel", "?"), shape_text(e.get("shape")), e.get("n_points", "–"),
+    current = current_hashes(data.validation)
+    stale = {(c.get("kernel"), json.dumps(c.get("shape"), sort_keys=True))
+             for c in data.tuning if stale_cache(c, current)}
+
+    def kernel(e: dict[str, Any]) -> str:
+        key = (e.get("kernel"), json.dumps(e.get("shape"), sort_keys=True))
+        return e.get("kernel", "?") + (" (**stale**)" if key in stale else "")
+    rows = [(kernel(e), shape_text(e.get("shape")), e.get("n_points", "–"),
              us(e.get("exhaustive_best_us")), json.dumps(e.get("exhaustive_best_params")),
              _trials(e.get("median_trials_to_3pct")) if "median_trials_to_3pct" in e else "–",
              ", ".join(_trials(n) for n in e.get("trials_to_3pct") or ()) or "–")
@@ -454,7 +466,8 @@ def efficiency(data: ReportData) -> str:
     return "\n".join([
         "## Tuner efficiency", "",
         "Trials each search needed to come within 3% of the exhaustive best (never: not "
-        "within its trial budget).", "",
+        "within its trial budget); stale: replayed over a cache of other kernel sources than "
+        "the validated ones.", "",
         table(("kernel", "shape", "points", "exhaustive best us", "best parameters",
                "median trials to 3%", "trials to 3% per search"), rows), ""])
 
