@@ -567,6 +567,15 @@ def test_torch_train_section_states_each_goal() -> None:
     assert [c.op for c in data.cases(rows)] == []
 
 
+def test_a_torn_bench_line_is_named_and_left_out(reports: Path) -> None:
+    bench_csv = reports / "nvidia-h200" / "bench.csv"
+    lines = bench_csv.read_text().count("\n")
+    with bench_csv.open("a") as f:
+        f.write("2026-11-30T00:00:00+00:00,abc,NVIDIA H2\n")  # a write cut short
+    readme = report.build(reports / "nvidia-h200").read_text()
+    assert f"`bench.csv`: malformed line(s) {lines + 1} left out" in readme
+
+
 def test_caches_tuned_for_other_sources_are_flagged_stale(tmp_path: Path) -> None:
     from pycuda_heads.report import data, tables
     d = data.ReportData(tmp_path)

@@ -97,10 +97,22 @@ def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [entry[2] for entry in sorted(best.values(), key=lambda e: e[1])]
 
 
-def read_bench(path: Path) -> list[dict[str, Any]]:
-    """Every row of the benchmark CSV, numbers parsed."""
+#: what every benchmark row names
+KEYS = ("date", "op", "shape", "pass", "provider")
+
+
+def read_bench(path: Path, bad: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every well-formed row of the benchmark CSV, numbers parsed; the line numbers of the
+    others (too few or too many cells, a key column empty: a torn write) go to ``bad``."""
     with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = []
+        for row in reader:
+            if None in row or None in row.values() or not all(row.get(k) for k in KEYS):
+                if bad is not None:
+                    bad.append(reader.line_num)
+                continue
+            rows.append(row)
     for row in rows:
         for key in NUMERIC:
             row[key] = number(row.get(key))
@@ -124,7 +136,11 @@ def load(gpu_dir: Path) -> ReportData:
     bench = data.gpu_dir / BENCH_CSV
     if bench.is_file():
         try:
-            rows = read_bench(bench)
+            bad: list[int] = []
+            rows = read_bench(bench, bad)
+            if bad:
+                data.problems.append(f"`{BENCH_CSV}`: malformed line(s) {', '.join(map(str, bad))} "
+                                     "left out")
             data.bench = latest(rows)
             data.previous = previous(rows, data.bench)
             data.empty_launch = {r.get("date") or "": r["median_us"] for r in rows
