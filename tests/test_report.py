@@ -567,6 +567,14 @@ def test_torch_train_section_states_each_goal() -> None:
     assert [c.op for c in data.cases(rows)] == []
 
 
+def test_the_largest_shape_is_the_suite_models_not_a_wide_head() -> None:
+    from pycuda_heads.report import data
+    cases = [data.BenchResult("pool", shape, "fwd+bwd", {"tuned": _row(1.0)})
+             for shape in ("B=2,K=8", "B=4096,K=256", "B=1024,HIDDEN_DIM=512,K=128,N_HORIZONS=8")]
+    assert [c.shape for c in data.extreme_cases(cases, "pool", largest=True)] == ["B=4096,K=256"]
+    assert [c.shape for c in data.extreme_cases(cases, "pool", largest=False)] == ["B=2,K=8"]
+
+
 def test_a_torn_bench_line_is_named_and_left_out(reports: Path) -> None:
     bench_csv = reports / "nvidia-h200" / "bench.csv"
     lines = bench_csv.read_text().count("\n")

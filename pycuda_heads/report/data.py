@@ -379,8 +379,13 @@ def ops(all_cases: Sequence[BenchResult]) -> list[str]:
 
 
 def extreme_cases(all_cases: Sequence[BenchResult], op: str, largest: bool) -> list[BenchResult]:
-    """The cases of ``op`` at its largest (or smallest) measured shape."""
+    """The cases of ``op`` at its largest (or smallest) measured shape of the suite's model
+    size: a wide model (its label names template constants, HIDDEN_DIM=512) is another head,
+    not a larger batch of this one."""
     mine = [c for c in all_cases if c.op == op]
+    suite = [c for c in mine if all(len(part.split("=", 1)[0]) == 1
+                                    for part in c.shape.split(","))]
+    mine = suite or mine
     if not mine:
         return []
     pick = (max if largest else min)(shape_size(c.shape) for c in mine)
