@@ -480,6 +480,10 @@ def _empty_target(case: BenchResult, empty_us: float | None) -> Target:
         why = "no empty-kernel measurement" if not empty_us else _why_unmeasured(case, ("tuned",))
         return Target("empty", case, None, None, why)
     r = t / empty_us
+    if r < 1:  # a family launched with programmatic dependent launch
+        return Target("empty", case, r, True,
+                      f"{r:.2f}x an empty launch: below one where programmatic dependent "
+                      "launch overlaps launch latency that the plain empty launch pays")
     if r <= EMPTY_GOAL:
         return Target("empty", case, r, True, f"{r:.2f}x an empty launch")
     return Target("empty", case, r, False,
