@@ -50,8 +50,9 @@ def main():
     ops._ops.append(None)
     ops._methods[(op_id, "pool_forward")] = method
     rule = ops._RULES["pool_forward"]
-    out = {"what": " ".join(__doc__.split("\n\n")[0].split()), "machine": platform.processor() or platform.machine(),
-           "torch": torch.__version__, "us_per_call (fastest of 5 x 20000)": {
+    out = {"what": " ".join(__doc__.split("\n\n")[0].split()),
+           "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+           "us_per_call (fastest of 5 x 20000)": {
                "torch.add with grad": us(lambda: torch.add(x, x)),
                "torch.empty": us(lambda: torch.empty(3)),
                "trivial autograd.Function.apply": us(lambda: _Identity.apply(x)),
