@@ -344,13 +344,21 @@ def _writable(out: Path) -> None:
         raise PermissionError(f"reports folder {out} is not writable")
 
 
+def _gpus(args: argparse.Namespace, known: list[str]) -> list[str]:
+    """The GPUs a command reading the results folder works on: ``--gpu``, else every one of
+    ``known`` (those with tuning data); [] after one line saying there is none."""
+    if not (args.gpu or known):
+        print(f"pycuda-heads {args.command}: no tuning data under {args.out}", file=sys.stderr)
+        return []
+    return [args.gpu] if args.gpu else known
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from pycuda_heads.core.tuned import table_dir
 
     from .export import export, slugs_with_data
-    slugs = [args.gpu] if args.gpu else slugs_with_data(args.out)
+    slugs = _gpus(args, slugs_with_data(args.out))
     if not slugs:
-        print(f"pycuda-heads export: no tuning data under {args.out}", file=sys.stderr)
         return 2
     for slug in slugs:  # no phase logged: export writes the table and no data file it reads
         try:
@@ -371,9 +379,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .export import slugs_with_data
     from .prune import prune_journal, study_names
     from .storage import tuning_dir
-    slugs = [args.gpu] if args.gpu else slugs_with_data(args.out)
+    slugs = _gpus(args, slugs_with_data(args.out))
     if not slugs:
-        print(f"pycuda-heads prune: no tuning data under {args.out}", file=sys.stderr)
         return 2
     for slug in slugs:
         journal = tuning_dir(args.out, slug) / records.JOURNAL
@@ -410,10 +417,10 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         print(f"pycuda-heads efficiency: --gpu {args.gpu!r} has no tuning data under "
               f"{args.out}; GPUs with data: {', '.join(known) or 'none'}", file=sys.stderr)
         return 2
-    if not known:
-        print(f"pycuda-heads efficiency: no tuning data under {args.out}", file=sys.stderr)
+    slugs = _gpus(args, known)
+    if not slugs:
         return 2
-    for slug in [args.gpu] if args.gpu else known:
+    for slug in slugs:
         try:
             path = run_efficiency(args.out, slug, range(args.seeds), args.within,
                                   replace=args.replace)

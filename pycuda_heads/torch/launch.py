@@ -71,19 +71,20 @@ class Method:
 
     def __call__(self, *tensors: torch.Tensor | None) -> list[torch.Tensor]:
         try:
+            pointers = [0 if t is None else t.data_ptr() for t in tensors]
             key = tuple(None if t is None else
-                        (t.shape, t.dtype, t.get_device(), t.is_contiguous(),
-                         t.data_ptr() % _ALIGN) for t in tensors)
+                        (t.shape, t.dtype, t.get_device(), t.is_contiguous(), p % _ALIGN)
+                        for t, p in zip(tensors, pointers))
             hit = self.programs.get(key)
         except (AttributeError, RuntimeError):  # no tensor, no storage: the checks name it
-            key, hit = None, None
+            key, hit, pointers = None, None, None
         program, device = hit or self._record(tensors, key)
         outs = [torch.empty(shape, device=device) for shape, _ in program.outputs]
         scratch = torch.empty(program.scratch_bytes, dtype=torch.uint8, device=device) \
             if program.scratch_bytes else None
-        program.run([0 if t is None else t.data_ptr() for t in tensors],
-                    [o.data_ptr() for o in outs], 0 if scratch is None else scratch.data_ptr(),
-                    _raw_stream(device.index))
+        program.run(pointers or [0 if t is None else t.data_ptr() for t in tensors],
+                    [o.data_ptr() for o in outs],
+                    0 if scratch is None else scratch.data_ptr(), _raw_stream(device.index))
         return outs
 
     def _record(self, tensors: Sequence[torch.Tensor | None],

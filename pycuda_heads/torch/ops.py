@@ -237,15 +237,16 @@ def _(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: int) -> Non
 # what the backward calls: the operators (a compiled backward holds them as nodes) or the
 # implementations themselves (eager). ----
 
-_OPERATORS = SimpleNamespace(pool_backward=torch.ops.pycuda_heads.pool_backward,
-                             resgate_backward=torch.ops.pycuda_heads.resgate_backward,
-                             frdhead_grad_w2=torch.ops.pycuda_heads.frdhead_grad_w2,
-                             frdhead_grad_w1=torch.ops.pycuda_heads.frdhead_grad_w1)
-_DIRECT = SimpleNamespace(
-    pool_backward=lambda *a: tuple(_run("pool_backward", a[-1], *a[:-1])),
-    resgate_backward=lambda *a: tuple(_run("resgate_backward", a[-1], *a[:-1])),
-    frdhead_grad_w2=lambda *a: tuple(_run("frdhead_grad_w2", a[-1], *a[:-1])),
-    frdhead_grad_w1=lambda *a: tuple(_run("frdhead_grad_w1", a[-1], *a[:-1])))
+_BACKWARDS = ("pool_backward", "resgate_backward", "frdhead_grad_w2", "frdhead_grad_w1")
+_OPERATORS = SimpleNamespace(**{n: getattr(torch.ops.pycuda_heads, n) for n in _BACKWARDS})
+
+
+def _direct(name: str) -> Callable[..., tuple]:
+    """The operator ``name``'s implementation, called without the dispatcher."""
+    return lambda *args: tuple(_run(name, args[-1], *args[:-1]))
+
+
+_DIRECT = SimpleNamespace(**{n: _direct(n) for n in _BACKWARDS})
 
 
 def _pool_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
