@@ -1,16 +1,52 @@
 #!/usr/bin/env bash
-# One GPU round at commit $2, results tarred into $1/round.tgz (the device returns few files):
-# the host-cost A/B against .base on a quiet machine, the GPU tests with their record, the
-# torch host-cost probe, then the torch_train bench rows (each shape's rows kept as measured).
-#   source .gpu/env.sh && bash probes/gpu_round.sh $OUT <commit>
+# One GPU round at commit $2. Each step tars its own folder into $1 as soon as it ends, so a
+# round cut short by the device's time limit still brings back what finished (the device
+# returns few files). Steps, in order, from $STEPS (default: all):
+#   ab        host-cost A/B against .base, quiet machine first ($AB_ROUNDS, $AB_OPS)
+#   tests     the GPU tests with their record, beside
+#   validate  a fresh validation with compute-sanitizer of every family
+#   probe     the torch host-cost probe
+#   train     the torch_train bench rows
+#   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
-r=$out/round; mkdir -p "$r"
-AB_OPS="resgate pool" ROUNDS=1 timeout 130 bash probes/ab_host_cost.sh "$r" > "$r/ab.log" 2>&1; echo "rc=$?" >> "$r/ab.log"
-timeout 210 python -m pytest -q -rs -n 8 -m gpu tests/ --gpu-record -p no:cacheprovider \
-    --timeout 200 --timeout-method thread > "$r/tests.log" 2>&1; echo "rc=$?" >> "$r/tests.log"
-cp reports/nvidia-h200/gpu_tests.json "$r/"
-timeout 40 python probes/torch_host_cost.py "$r/torch_host_cost.json" > "$r/probe.log" 2>&1
-timeout "${TRAIN_S:-170}" pycuda-heads bench --ops torch_train --out "$r/bench" --commit "$commit" \
-    > "$r/train.log" 2>&1; echo "rc=$?" >> "$r/train.log"
-(cd "$out" && tar czf round.tgz round && rm -rf round)
+steps=" ${STEPS:-ab tests validate probe train} "
+export PYCUDA_HEADS_COMMIT=$commit
+pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
+has() { [[ $steps == *" $1 "* ]]; }
+
+if has ab; then
+    mkdir -p "$out/ab"
+    AB_OPS="${AB_OPS:-resgate}" ROUNDS="${AB_ROUNDS:-4}" timeout "${AB_S:-120}" \
+        bash probes/ab_host_cost.sh "$out/ab" > "$out/ab/ab.log" 2>&1; echo "rc=$?" >> "$out/ab/ab.log"
+    pack ab
+fi
+if has tests; then
+    mkdir -p "$out/tests"
+    (timeout 230 python -m pytest -q -rs -n 8 -m gpu tests/ --gpu-record -p no:cacheprovider \
+        --timeout 220 --timeout-method thread > "$out/tests/tests.log" 2>&1
+     echo "rc=$?" >> "$out/tests/tests.log"
+     cp reports/nvidia-h200/gpu_tests.json "$out/tests/") &
+fi
+if has validate; then
+    mkdir -p "$out/validate"
+    for kernels in pool frdhead,resgate,residual,gate,frd,reduce,adam; do
+        timeout 230 pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
+            --commit "$commit" >> "$out/validate/validate.log" 2>&1
+        echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
+    done
+    pack validate
+fi
+wait
+has tests && pack tests
+if has probe; then
+    mkdir -p "$out/probe"
+    timeout 120 python probes/torch_host_cost.py "$out/probe/torch_host_cost.json" > "$out/probe/probe.log" 2>&1
+    pack probe
+fi
+if has train; then
+    mkdir -p "$out/train"
+    timeout "${TRAIN_S:-110}" pycuda-heads bench --ops torch_train --out "$out/train/bench" \
+        --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
+    pack train
+fi
