@@ -1,0 +1,114 @@
+"""Where the host time of a PyTorch training step goes on the GPU machine: the layers of one
+eager library call (allocation, launch program, autograd Function, module), torch's own ops
+with and without autograd, and a training step cut after each of its parts (forward, backward,
+optimizer, zero_grad) for the library and the plain-torch pool model at B=2, K=8. Each number
+is the fastest of 21 runs of back-to-back calls (kernels far shorter than the host time).
+
+    source .gpu/env.sh && python probes/torch_host_breakdown.py OUT.json
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+import pycuda_heads.torch as pht
+from pycuda_heads.perf import torch_train
+from pycuda_heads.torch import launch, ops
+
+CALLS, RUNS = 200, 21
+
+
+def timed(fn) -> dict[str, float]:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(RUNS):
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        torch.cuda.synchronize()
+        runs.append((time.perf_counter() - t0) / CALLS * 1e6)
+    return {"min_us": round(min(runs), 2), "median_us": round(statistics.median(runs), 2)}
+
+
+def step_parts(loss_fn, params, inputs) -> dict:
+    opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+    leaves = [x for x in inputs if x.requires_grad]
+
+    def clear():
+        opt.zero_grad(set_to_none=True)
+        for x in leaves:
+            x.grad = None
+
+    def no_grad():
+        with torch.no_grad():
+            loss_fn(*inputs)
+
+    def fwd_bwd():
+        loss_fn(*inputs).backward()
+        clear()
+
+    def full():
+        loss_fn(*inputs).backward()
+        opt.step()
+        clear()
+    return {"forward, no grad": timed(no_grad), "forward": timed(lambda: loss_fn(*inputs)),
+            "forward + backward": timed(fwd_bwd), "forward + backward + Adam": timed(full)}
+
+
+def main(out: str) -> None:
+    dev = "cuda"
+    x, y = torch.randn(2, 5, 128, device=dev), torch.randn(2, 5, 128, device=dev)
+    xg = x.clone().requires_grad_(True)
+    leaf = torch.randn(4, device=dev, requires_grad=True)
+    leaf_cpu = torch.randn(4, requires_grad=True)
+    pool = pht.AttentionPool(5, 128)
+    ln = torch.randn(2, 8, 128, device=dev, requires_grad=True)
+    method = ops._method("pool_forward", pool.op_id)
+    pool(ln)
+    program, device = next(iter(method.programs.values()))
+    outs = [torch.empty(shape, device=dev) for shape, _ in program.outputs]
+    pointers = [pool.q_h.data_ptr(), ln.data_ptr()]
+    out_ptrs = [o.data_ptr() for o in outs]
+    stream = launch._raw_stream(0)
+    first = program.launches[0]
+    values, bases = first.values.copy(), (pointers, out_ptrs, (0,))
+    for at, kind, index, offset in first.pointers:
+        values[at] = bases[kind][index] + offset
+    packed = first.kernel._packed(first.kernel._format, *values)
+    rule = ops._RULES["pool_forward"]
+    layers = {
+        "torch.add": lambda: torch.add(x, y),
+        "torch.add, autograd": lambda: torch.add(xg, y),
+        "torch.empty [2,5,128] on cuda": lambda: torch.empty((2, 5, 128), device=device),
+        "cuLaunchKernelEx (DriverKernel.launch_raw), packed once": lambda: first.kernel.launch_raw(
+            first.grid, first.block, packed, first.shared, stream),
+        "Program.run (pointers given)": lambda: program.run(pointers, out_ptrs, 0, stream),
+        "Method (tensors in, outputs allocated)": lambda: method(pool.q_h, ln),
+        "autograd Function (_Eager.apply)": lambda: ops._Eager.apply(rule, pool.q_h, ln,
+                                                                      pool.op_id),
+        "AttentionPool module call": lambda: pool(ln),
+        "leaf.sum().backward() on cuda": lambda: leaf.sum().backward(),
+        "leaf.sum().backward() on cpu": lambda: leaf_cpu.sum().backward(),
+    }
+    record = {"what": __doc__.split("\n")[0], "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "calls": CALLS, "runs": RUNS, "layers": {}, "steps": {}}
+    for name, fn in layers.items():
+        record["layers"][name] = timed(fn)
+        json.dump(record, open(out, "w"), indent=1)
+    shape = {"B": 2, "K": 8}
+    library, plain, lib_params, plain_params = torch_train.models(torch, "pool")
+    for impl, fn, params in (("library", library, lib_params), ("torch", plain, plain_params)):
+        record["steps"][impl] = step_parts(fn, params,
+                                           torch_train.batch(torch, "pool", shape))
+        json.dump(record, open(out, "w"), indent=1)
+    print(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
