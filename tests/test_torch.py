@@ -11,6 +11,7 @@ pytestmark = pytest.mark.gpu
 
 import pycuda_heads.torch as pht  # noqa: E402  (needs torch)
 from pycuda_heads.perf import torch_train  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402  (inductor's own tally of cudagraph skips)
 
 
 def close(a, b, tol=1e-4):
@@ -289,9 +290,12 @@ def test_compile_fullgraph_has_no_graph_break_and_matches_eager(name):
     eager = _loss_and_grads(fn, params, inputs)
     for mode in ("default", "reduce-overhead"):
         torch._dynamo.reset()
+        counters.clear()
         compiled = torch.compile(fn, mode=mode, fullgraph=True)
         got = _loss_and_grads(compiled, params, inputs, steps=3)
         assert all(close(a, b, 1e-5) for a, b in zip(got, eager)), mode
+    # the library's operators did not make inductor run the graphs without CUDA graphs
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
 
 
 def test_deterministic_algorithms_give_the_same_bits_twice():

@@ -34,27 +34,49 @@ def inputs(shape: Mapping[str, int], seed: int = 0) -> dict[str, np.ndarray]:
     return x
 
 
-def wall_us(step: Callable[[], Any], sync: Callable[[], None], reps: int = 7,
-            target_s: float = 0.05) -> dict[str, float]:
-    """Median (p20, p80) wall time per step of ``reps`` runs of many steps back to back, each
-    run ended by a synchronisation."""
-    for _ in range(10):
-        step()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        step()
-    sync()
-    n = max(20, int(target_s / max((time.perf_counter() - t0) / 10, 1e-7)))
-    samples = []
-    for _ in range(reps):
+def wall_us(steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]], reps: int = 9,
+            target_s: float = 0.05) -> dict[str, dict[str, Any]]:
+    """Per provider of ``steps`` (name -> (step, sync)): the median (p20, p80) wall time per
+    step of ``reps`` runs of many steps back to back, each run ended by its synchronisation.
+
+    The providers take turns run by run, each round in a rotated order, so a drift of a noisy
+    host reaches every provider alike instead of whichever was timed last. A provider whose
+    step raises gets ``{"error": ...}`` and leaves the rotation; the others go on."""
+    counts: dict[str, int] = {}
+    samples: dict[str, list[float]] = {}
+    out: dict[str, dict[str, Any]] = {}
+
+    def fail(name: str, exc: Exception) -> None:
+        out[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+
+    def run(name: str, n: int) -> float:
+        step, sync = steps[name]
         t0 = time.perf_counter()
         for _ in range(n):
             step()
         sync()
-        samples.append((time.perf_counter() - t0) / n * 1e6)
-    return {"median_us": float(np.median(samples)), "p20_us": float(np.percentile(samples, 20)),
-            "p80_us": float(np.percentile(samples, 80)), "reps": reps}
+        return time.perf_counter() - t0
+
+    for name in steps:
+        try:
+            run(name, 10)  # warm: compilation, graph recording, allocator growth
+            counts[name] = max(20, int(target_s / max(run(name, 10) / 10, 1e-7)))
+            samples[name] = []
+        except Exception as exc:
+            fail(name, exc)
+    for r in range(reps):
+        live = list(samples)
+        k = r % len(live) if live else 0
+        for name in live[k:] + live[:k]:
+            try:
+                samples[name].append(run(name, counts[name]) / counts[name] * 1e6)
+            except Exception as exc:
+                fail(name, exc)
+                del samples[name]
+    for name, got in samples.items():
+        out[name] = {"median_us": float(np.median(got)), "p20_us": float(np.percentile(got, 20)),
+                     "p80_us": float(np.percentile(got, 80)), "reps": reps}
+    return {name: out[name] for name in steps}
 
 
 def library_steps(x: Mapping[str, np.ndarray], shape: Mapping[str, int]) -> dict[str, Any]:
@@ -107,13 +129,8 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any | None,
                 providers.update(make())
             except Exception as exc:  # e.g. no cuda-bindings for the graph, no torch
                 warn(f"step {dims_label(shape)}: {type(exc).__name__}: {exc}")
+        timed = wall_us(providers)
         for provider in (*LIBRARY, *(PEERS if torch is not None else ())):
-            if provider not in providers:
-                result: dict[str, Any] = {"error": "could not be set up (see the log)"}
-            else:
-                try:
-                    result = wall_us(*providers[provider])
-                except Exception as exc:
-                    result = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            result = timed.get(provider, {"error": "could not be set up (see the log)"})
             out.append(row(STEP_OP, dims_label(shape), FWD_BWD, provider, result))
     return out

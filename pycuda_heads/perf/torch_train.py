@@ -138,11 +138,12 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any,
          warn: Callable[[str], None]) -> Iterator[list[dict[str, Any]]]:
     """The torch_train rows of one run, a list per model and shape as each is measured (so a
     run cut short keeps what it measured); ``row(op, shape, pass, provider, result)`` adds the
-    run's common columns. A provider that fails gets an error row, never ends the run."""
+    run's common columns. A shape's providers are timed in turns (``wall_us``); one that fails
+    gets an error row, never ends the run."""
     for model in MODELS:
         for shape in SHAPES[model]:
-            out = []
             label = f"{model} {dims_label(shape)}"
+            steps, failed = {}, {}
             for provider, (impl, mode) in (*PROVIDERS.items(), (ADAM_ONLY, ("library", None))):
                 try:
                     library, plain, lib_params, plain_params = models(torch, model)
@@ -150,9 +151,12 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any,
                         (plain, plain_params)
                     step = adam_step(torch, params) if provider == ADAM_ONLY else \
                         train_step(torch, fn, params, batch(torch, model, shape), MODES[mode])
-                    result = wall_us(step, torch.cuda.synchronize)
+                    steps[provider] = (step, torch.cuda.synchronize)
                 except Exception as exc:
-                    warn(f"torch_train {label} {provider}: {type(exc).__name__}: {exc}")
-                    result = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-                out.append(row(TORCH_TRAIN_OP, label, FWD_BWD, provider, result))
-            yield out
+                    failed[provider] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            timed = {**wall_us(steps), **failed}
+            for provider, result in timed.items():
+                if "error" in result:
+                    warn(f"torch_train {label} {provider}: {result['error']}")
+            yield [row(TORCH_TRAIN_OP, label, FWD_BWD, provider, timed[provider])
+                   for provider in (*PROVIDERS, ADAM_ONLY)]

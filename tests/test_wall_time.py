@@ -1,0 +1,32 @@
+"""CPU: the step benches' wall-time loop times its providers in turns and keeps a failing
+provider's error without losing the others."""
+from pycuda_heads.perf.step_bench import wall_us
+
+
+def _provider(name, log, fail_after=None):
+    calls = [0]
+
+    def step():
+        calls[0] += 1
+        if fail_after is not None and calls[0] > fail_after:
+            raise RuntimeError(f"{name} broke")
+    return step, lambda: log.append(name)
+
+
+def test_providers_take_turns_in_a_rotated_order():
+    log = []
+    got = wall_us({"a": _provider("a", log), "b": _provider("b", log),
+                   "c": _provider("c", log)}, reps=3, target_s=0)
+    timed = log[6:]  # after each provider's warm-up and calibration runs
+    assert timed == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert list(got) == ["a", "b", "c"]
+    assert all(r["reps"] == 3 and r["p20_us"] <= r["median_us"] <= r["p80_us"]
+               for r in got.values())
+
+
+def test_a_failing_provider_gets_an_error_and_the_others_go_on():
+    log = []
+    got = wall_us({"ok": _provider("ok", log), "bad": _provider("bad", log, fail_after=25)},
+                  reps=4, target_s=0)
+    assert got["bad"] == {"error": "RuntimeError: bad broke"}
+    assert got["ok"]["reps"] == 4 and log.count("ok") == 2 + 4
