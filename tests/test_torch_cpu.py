@@ -161,6 +161,21 @@ def test_modules_take_factory_arguments_and_refuse_other_dtypes(fake_device, mod
             make(device="cpu", dtype=torch.bfloat16)
 
 
+def test_modules_of_one_configuration_share_one_registered_op(fake_device):
+    from pycuda_heads.torch import ops
+    first = pht.AttentionPool(H, D, device="cpu")
+    registered = len(ops._ops)
+    again = [pht.AttentionPool(H, D, device="cpu") for _ in range(10)]
+    assert len(ops._ops) == registered and {m.op_id for m in again} == {first.op_id}
+    assert all(m.op is first.op for m in again)
+    launch = {"forward": {"BLOCK": 128}}
+    tuned = [pht.AttentionPool(H, D, launch=launch, device="cpu") for _ in range(2)]
+    assert tuned[0].op_id == tuned[1].op_id != first.op_id
+    assert pht.AttentionPool(H + 1, D, device="cpu").op_id not in (first.op_id, tuned[0].op_id)
+    with pytest.raises(TypeError, match="launch= must map kernel roles"):
+        pht.AttentionPool(H, D, launch=[("forward", {})], device="cpu")
+
+
 def test_reset_parameters_opens_nothing_and_scales_the_weights(modules):
     gate = modules["gate"]
     with torch.no_grad():

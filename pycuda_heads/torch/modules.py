@@ -17,7 +17,7 @@ from ..ops.frd import FrdSoftmaxCE
 from ..ops.frdhead import FrdHead as FrdHeadOp
 from ..ops.pool import PerHorizonAttentionPool
 from ..ops.resgate import ResidualGate as ResidualGateOp
-from .ops import frd_softmax_ce, frdhead_forward, pool_forward, register, resgate_forward
+from .ops import configured, frd_softmax_ce, frdhead_forward, pool_forward, resgate_forward
 
 Launch = Mapping[str, Mapping[str, Any]] | None
 
@@ -41,8 +41,8 @@ class AttentionPool(torch.nn.Module):
         super().__init__()
         factory = _factory(device, dtype)
         self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
-        self.op = PerHorizonAttentionPool(n_horizons, hidden_dim, launch=launch)
-        self.op_id = register(self.op)
+        self.op, self.op_id = configured(PerHorizonAttentionPool, n_horizons, hidden_dim,
+                                         launch=launch)
         self.q_h = torch.nn.Parameter(torch.empty(n_horizons, hidden_dim, **factory))
         self.reset_parameters()
 
@@ -67,8 +67,7 @@ class ResidualGate(torch.nn.Module):
         super().__init__()
         factory = _factory(device, dtype)
         self.n_horizons, self.hidden_dim = n_horizons, hidden_dim
-        self.op = ResidualGateOp(n_horizons, hidden_dim, launch=launch)
-        self.op_id = register(self.op)
+        self.op, self.op_id = configured(ResidualGateOp, n_horizons, hidden_dim, launch=launch)
         self.w_res = torch.nn.Parameter(torch.empty(n_horizons, hidden_dim, **factory))
         self.bias_res = torch.nn.Parameter(torch.empty(n_horizons, **factory))
         self.alpha = torch.nn.Parameter(torch.empty(n_horizons, **factory))
@@ -97,8 +96,7 @@ class FrdLoss(torch.nn.Module):
     def __init__(self, n_horizons: int, n_atoms: int = 21, launch: Launch = None) -> None:
         super().__init__()
         self.n_horizons, self.n_atoms = n_horizons, n_atoms
-        self.op = FrdSoftmaxCE(n_horizons, n_atoms, launch=launch)
-        self.op_id = register(self.op)
+        self.op, self.op_id = configured(FrdSoftmaxCE, n_horizons, n_atoms, launch=launch)
 
     def forward(self, logits: Tensor, labels: Tensor) -> Tensor:
         if not isinstance(labels, Tensor) or labels.dtype not in (torch.int32, torch.int64):
@@ -125,8 +123,8 @@ class FrdHead(torch.nn.Module):
         super().__init__()
         factory = _factory(device, dtype)
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
-        self.op = FrdHeadOp(d_in, hidden, n_horizons, n_atoms, launch=launch)
-        self.op_id = register(self.op)
+        self.op, self.op_id = configured(FrdHeadOp, d_in, hidden, n_horizons, n_atoms,
+                                         launch=launch)
         self.w1 = torch.nn.Parameter(torch.empty(hidden, d_in, **factory))
         self.b1 = torch.nn.Parameter(torch.empty(hidden, **factory))
         self.w2 = torch.nn.Parameter(torch.empty(n_horizons, n_atoms, hidden, **factory))

@@ -25,12 +25,37 @@ _methods: dict[tuple[int, str], Method] = {}
 _lock = threading.Lock()
 
 
+#: (op class, constructor arguments, launch) -> id of the op registered for that configuration
+_configured: dict[tuple, int] = {}
+
+
 def register(op: Op) -> int:
     """The id an operator's ``op`` argument names ``op`` by (an op object lives as long as
     the process: compiled graphs hold its id)."""
     with _lock:
         _ops.append(op)
         return len(_ops) - 1
+
+
+def configured(cls: type, *args: Any, launch: Any = None) -> tuple[Op, int]:
+    """``cls(*args, launch=launch)`` and its id, one per configuration: modules made again and
+    again (a hyperparameter sweep) share their op instead of each registering one for good."""
+    try:
+        key = (cls, args, None if launch is None else
+               tuple(sorted((role, tuple(sorted(p.items()))) for role, p in launch.items())))
+        hash(key)
+    except (AttributeError, TypeError):  # not a launch mapping: the op's constructor names it
+        op = cls(*args, launch=launch)
+        return op, register(op)
+    op_id = _configured.get(key)
+    if op_id is None:
+        op = cls(*args, launch=launch)  # outside the lock: it may compile
+        with _lock:
+            op_id = _configured.get(key)
+            if op_id is None:
+                _ops.append(op)
+                op_id = _configured[key] = len(_ops) - 1
+    return _ops[op_id], op_id
 
 
 def _op(op_id: int, kind: str) -> Op:
