@@ -309,9 +309,7 @@ def test_a_program_runs_its_launches_with_the_callers_addresses(fake_device, mon
     program = _program(op, "frdhead_grad_w2", [(4, F), (H, A, F), (4, H, A)])
     made = []
     for launch in program.launches:
-        monkeypatch.setattr(launch.kernel, "_packed", lambda fmt, *v: v, raising=False)
-        monkeypatch.setattr(launch.kernel, "_format", None, raising=False)
-        monkeypatch.setattr(launch.kernel, "launch_raw",
+        monkeypatch.setattr(launch.kernel, "launch_values",
                             lambda grid, block, values, shared, stream: made.append(values),
                             raising=False)
     program.run([1000, 2000, 3000], [50000, 60000], 70000, stream=7)

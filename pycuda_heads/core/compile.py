@@ -271,6 +271,14 @@ class DriverKernel(Kernel):
         fmt.pack_into(slots.data, 0, *(int(a) if p else a for p, a in zip(self._pointers, args)))
         return slots.address
 
+    def launch_values(self, grid: tuple, block: tuple, values: Sequence[Any], shared: int,
+                      handle: int) -> None:
+        """Launch with ``values``, every C argument in the signature's order with device
+        pointers as ints already (a launch program's), on the stream ``handle``."""
+        slots = self._slots
+        self._format.pack_into(slots.data, 0, *values)
+        self.launch_raw(grid, block, slots.address, shared, handle)
+
     def _opt_in(self, shared: int) -> None:
         cu = self._cu
         checked(cu.cuFuncSetAttribute(

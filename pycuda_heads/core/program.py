@@ -85,9 +85,7 @@ class Program:
             values = launch.values.copy()
             for at, kind, index, offset in launch.pointers:
                 values[at] = bases[kind][index] + offset
-            kernel = launch.kernel
-            kernel.launch_raw(launch.grid, launch.block, kernel._packed(kernel._format, *values),
-                              launch.shared, stream)
+            launch.kernel.launch_values(launch.grid, launch.block, values, launch.shared, stream)
 
 
 def record(call: Callable[[list[Any]], Any], inputs: Sequence[ArraySpec | None],
