@@ -96,6 +96,12 @@ def test_frd_loss_and_gradient_match_torch_cross_entropy():
     want = torch.nn.functional.cross_entropy(flat[live], lab[live], reduction="sum") / 64
     (g2,) = torch.autograd.grad(want, [x])
     assert close(loss, want) and close(g, g2)
+    # the eager loss is one node; the operator's composition (what torch.compile traces) agrees
+    _, ce = pht.frd_softmax_ce(logits, labels, loss_fn.op_id)
+    composed = ce.sum() / 64
+    (g3,) = torch.autograd.grad(composed * 3, [logits])
+    (g4,) = torch.autograd.grad(loss_fn(logits, labels) * 3, [logits])
+    assert torch.equal(composed, loss) and close(g3, g4, 1e-6)
 
 
 def test_frd_head_forward_and_gradients_match_torch():

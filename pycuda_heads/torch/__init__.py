@@ -15,8 +15,9 @@ except ImportError:  # one line for the user, not a chain of import frames
         from None
 
 from .modules import AttentionPool, FrdHead, FrdLoss, ResidualGate
-from .ops import (OPERATORS, adam_step, frd_softmax_ce, frdhead_forward, pool_forward,
-                  register, resgate_forward)
+from .ops import (OPERATORS, adam_step, frd_loss, frd_softmax_ce, frdhead_forward,
+                  pool_forward, register, resgate_forward)
 
 __all__ = ["AttentionPool", "FrdHead", "FrdLoss", "ResidualGate", "OPERATORS", "adam_step",
-           "frd_softmax_ce", "frdhead_forward", "pool_forward", "register", "resgate_forward"]
+           "frd_loss", "frd_softmax_ce", "frdhead_forward", "pool_forward", "register",
+           "resgate_forward"]

@@ -17,7 +17,7 @@ from ..ops.frd import FrdSoftmaxCE
 from ..ops.frdhead import FrdHead as FrdHeadOp
 from ..ops.pool import PerHorizonAttentionPool
 from ..ops.resgate import ResidualGate as ResidualGateOp
-from .ops import configured, frd_softmax_ce, frdhead_forward, pool_forward, resgate_forward
+from .ops import configured, frd_loss, frdhead_forward, pool_forward, resgate_forward
 
 Launch = Mapping[str, Mapping[str, Any]] | None
 
@@ -107,8 +107,7 @@ class FrdLoss(torch.nn.Module):
                                else ""))
         if labels.dtype == torch.int64:
             labels = labels.to(torch.int32)
-        _, ce = frd_softmax_ce(logits, labels, self.op_id)
-        return ce.sum() / logits.shape[0]
+        return frd_loss(logits, labels, self.op_id)
 
     def extra_repr(self) -> str:
         return f"n_horizons={self.n_horizons}, n_atoms={self.n_atoms}"
