@@ -72,9 +72,9 @@ class Method:
     def __call__(self, *tensors: torch.Tensor | None) -> list[torch.Tensor]:
         try:
             pointers = [0 if t is None else t.data_ptr() for t in tensors]
-            key = tuple(None if t is None else
-                        (t.shape, t.dtype, t.get_device(), t.is_contiguous(), p % _ALIGN)
-                        for t, p in zip(tensors, pointers))
+            key = tuple([None if t is None else
+                         (t.shape, t.dtype, t.get_device(), t.is_contiguous(), p % _ALIGN)
+                         for t, p in zip(tensors, pointers)])  # a list: no generator frames
             hit = self.programs.get(key)
         except (AttributeError, RuntimeError):  # no tensor, no storage: the checks name it
             key, hit, pointers = None, None, None
