@@ -6,11 +6,14 @@
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   probe     the torch host-cost probe
-#   train     the torch_train bench rows
+#   train     bench rows of $BENCH_OPS (default torch_train)
+#   smoke     the smoke training and its record
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
+# $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
+# then every other family; a family left out keeps its record).
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
-steps=" ${STEPS:-ab tests validate probe train} "
+steps=" ${STEPS:-ab tests validate probe train smoke} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
@@ -30,7 +33,7 @@ if has tests; then
 fi
 if has validate; then
     mkdir -p "$out/validate"
-    for kernels in pool frdhead,resgate,residual,gate,frd,reduce,adam; do
+    for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam}; do
         timeout 230 pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
             --commit "$commit" >> "$out/validate/validate.log" 2>&1
         echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
@@ -46,7 +49,13 @@ if has probe; then
 fi
 if has train; then
     mkdir -p "$out/train"
-    timeout "${TRAIN_S:-110}" pycuda-heads bench --ops torch_train --out "$out/train/bench" \
+    timeout "${TRAIN_S:-110}" pycuda-heads bench --ops "${BENCH_OPS:-torch_train}" --out "$out/train/bench" \
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
+fi
+if has smoke; then
+    mkdir -p "$out/smoke"
+    timeout 120 pycuda-heads smoke --out "$out/smoke/rep" > "$out/smoke/smoke.log" 2>&1
+    echo "rc=$?" >> "$out/smoke/smoke.log"
+    pack smoke
 fi
