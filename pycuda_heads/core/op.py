@@ -22,7 +22,10 @@ log = logging.getLogger("pycuda_heads")
 class Launch(NamedTuple):
     """One role's launch at one shape, as ``Op.plan`` caches it."""
     params: dict[str, Any]
-    kernel: Kernel
+    #: the kernel's launch as a bound method: a call naming every argument then binds them in
+    #: place, where calling the kernel object would first build a dict of them (about 4,500
+    #: interpreter instructions a launch, counted by probes/host_cost_instructions.py)
+    kernel: Callable[..., None]
     grid: tuple
     block: tuple
     shared: int
@@ -109,7 +112,7 @@ class Op:
         hit = self._plans.get(key)
         if hit is None:
             params = self.launch_params(role, shape)
-            hit = self._plans[key] = Launch(params, self.kernel(role, params),
+            hit = self._plans[key] = Launch(params, self.kernel(role, params).__call__,
                                             *geometry(params), self.chosen[role])
         self.chosen[role] = hit.chosen
         return hit
