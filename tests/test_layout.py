@@ -148,7 +148,7 @@ def test_prepared_call_types_are_read_from_the_c_signature(kernel: str) -> None:
     spec = catalog()[kernel]
     source = render(spec.family, {**spec.template(SUITE_TEMPLATE), **spec.space.default})
     types = arg_types(source, spec.entry)
-    assert types and set(types) <= set("PifqI")
+    assert types and set(types) <= set("PifqId")
 
 
 def test_argument_types_of_a_signature() -> None:
@@ -161,7 +161,7 @@ def test_argument_types_of_a_signature() -> None:
     with pytest.raises(ValueError, match="no extern"):
         arg_types(source, "other")
     with pytest.raises(ValueError, match="cannot pass"):
-        arg_types('extern "C" __global__ void k(double x) {}', "k")
+        arg_types('extern "C" __global__ void k(short x) {}', "k")
 
 
 # --- a toy family: its files alone put it in every derived table -----------------------------
