@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..core.arrays import as_device, empty, empty_parts
-from ..core.device import allocator, cuda
+from ..core.device import cuda
 from ..core.op import Op
 from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, positive_small
@@ -142,15 +142,14 @@ class MultiAdam(Op):
         key = (per_block, rows)
         hit = self._tables.get(key)
         if hit is None:
-            import pycuda.gpuarray as gpuarray
             table, first = [], 0
             for row in rows:
                 table.append([*row, first])
                 first += -(-row[7] // per_block)
             if len(self._tables) >= self.TABLES:
                 self._tables.clear()
-            hit = self._tables[key] = (gpuarray.to_gpu(np.array(table, np.int64),
-                                                       allocator=allocator()), first)
+            hit = self._tables[key] = (as_device(np.array(table, np.int64), "table",
+                                                 ("N", "C"), {}, np.int64), first)
         return hit
 
     def _launch(self, rows: tuple[tuple[int, ...], ...], t: int,
