@@ -105,7 +105,7 @@ ALLOWED = {ROOT: {"ops", "step", "catalog", "core", "records"},
            "verify": {"catalog", "core", "records"},
            "perf": {"catalog", "core", "step", "records", "torch"},
            "tuning": {"catalog", "core", "verify", "perf.timing", "records"}, "report": {"records"},
-           "smoke": {"ops", "core", "reference", "records"}}
+           "smoke": {"ops", "step", "core", "reference", "records"}}
 
 
 def _allowed(layer: str, target: str) -> bool:
