@@ -206,3 +206,21 @@ def test_parameters_are_checked_by_name_and_shape():
     with pytest.raises(ValueError, match=r"w2: expected shape \(H, A, F\)"):
         step._put({**p, "w2": p["w2"][:, :20]}, step_module.PARAMS, step.params, "params")
     assert all(b.copies == 0 for b in step.params.values())
+
+
+def test_the_benchs_torch_model_is_the_steps_model():
+    """The plain-torch peer of the train_step bench (on the CPU): the float64 loss and
+    gradients of the step."""
+    torch = pytest.importorskip("torch")
+    from pycuda_heads.perf import train_bench
+    p, x = train_bench.model({"B": 3, "K": 8})
+    loss_fn, leaves = train_bench.torch_model(torch, {n: v.astype(np.float64) for n, v in
+                                                      p.items()}, device="cpu")
+    loss = loss_fn(*(torch.from_numpy(x[n] if n == "labels" else x[n].astype(np.float64))
+                     for n in ("ln", "h_t", "base", "y", "labels")))
+    loss.backward()
+    want_loss, want_grads = expected(p, x)
+    assert float(loss) == pytest.approx(want_loss, rel=1e-5)
+    for name, leaf in zip(step_module.PARAMS, leaves):
+        want = want_grads[name]
+        assert np.abs(leaf.grad.numpy() - want).max() <= 1e-5 * np.abs(want).max(), name
