@@ -45,9 +45,7 @@ def _launch_keys(owner: str, launch: Mapping[str, Any] | None, known: tuple[str,
 class _Captured:
     """What both steps share: the first pass fixes where every buffer lives (an ``Arena``),
     later passes launch into the same addresses eagerly (``_run``) or as a captured CUDA graph
-    (``_replay``). A subclass sets ``stream`` and writes ``_launch(stream) -> outputs``."""
-
-    stream: Any
+    (``_replay``). A subclass calls ``_start`` and writes ``_launch(stream) -> outputs``."""
 
     def _start(self, stream: Any) -> None:
         self.stream = stream if stream is not None else cuda().Stream()
@@ -90,9 +88,6 @@ class _Captured:
 
     def synchronize(self) -> None:
         self.stream.synchronize()
-
-    def _launch(self, s: Any) -> dict[str, Any]:
-        raise NotImplementedError
 
 
 class HeadStep(_Captured):

@@ -17,7 +17,7 @@ from ..core.arrays import as_device, empty, empty_parts
 from ..core.device import cuda
 from ..core.op import Op
 from ..core.space import KernelSpace, by_role
-from ..core.spec import KernelSpec, Tensor, positive_small
+from ..core.spec import KernelSpec, Tensor, normal, positive_small
 
 SPACE = KernelSpace(
     kernel="multiadam.step",
@@ -241,13 +241,13 @@ def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, 
                               "max_rel_err": err}}
 
 
+_READS, _WRITES = ("param", "grad", "m", "v"), ("param_out", "m_out", "v_out")
 SPECS = (
+    # v is a running mean of squares: positive
     KernelSpec(op=MultiAdam, method="step_split", space=SPACE, template_keys=(),
-               tensors={"param": Tensor(("N",)), "grad": Tensor(("N",)), "m": Tensor(("N",)),
-                        "v": Tensor(("N",), draw=positive_small),
-                        "param_out": Tensor(("N",)), "m_out": Tensor(("N",)),
-                        "v_out": Tensor(("N",))},
-               reads=("param", "grad", "m", "v"), writes=("param_out", "m_out", "v_out"),
+               tensors={n: Tensor(("N",), draw=positive_small if n == "v" else normal)
+                        for n in (*_READS, *_WRITES)},
+               reads=_READS, writes=_WRITES,
                reference=functools.partial(ref.adam_step, t=_T),
                peer=functools.partial(torch_step, t=_T), oracles=oracles,
                call_kwargs={"t": _T},
