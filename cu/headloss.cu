@@ -24,8 +24,8 @@ headloss_grad(const float* __restrict__ out, const float* __restrict__ y,
               float* __restrict__ partial, const int B, const float grad_scale,
               const float frd_weight, const float inv_bh, const float weight_over_b)
 {
-    __shared__ float squares[BLOCK], losses[BLOCK];
     pdl_enter();
+    __shared__ float squares[BLOCK], losses[BLOCK];
     const int p0 = blockIdx.x * ROWS * N_HORIZONS;
     const int p1 = min(B, (int)(blockIdx.x + 1) * ROWS) * N_HORIZONS;
     float s = 0.f, c = 0.f;

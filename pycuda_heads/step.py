@@ -22,6 +22,8 @@ from .ops.multiadam import AdamSchedule, MultiAdam
 from .ops.pool import PerHorizonAttentionPool
 from .ops.resgate import ResidualGate
 
+__all__ = ["DATA", "FRD_WEIGHT", "INPUTS", "PARAMS", "HeadStep", "TrainStep"]
+
 #: what the step reads, with named axes (B batch, K sequence, H horizons, D hidden)
 INPUTS = {"q_h": ("H", "D"), "ln": ("B", "K", "D"), "w_res": ("H", "D"), "bias_res": ("H",),
           "head": ("B", "H"), "alpha": ("H",), "grad_out": ("B", "H")}

@@ -154,10 +154,10 @@ def test_prepared_call_types_are_read_from_the_c_signature(kernel: str) -> None:
 def test_argument_types_of_a_signature() -> None:
     source = ('extern "C" __global__ void __launch_bounds__(BLOCK)\n'
               'k(const float* __restrict__ a, int* b, const int n, const float s,\n'
-              '  const long long t)\n{}\n')
-    assert arg_types(source, "k") == "PPifq"
+              '  const long long t, const long long* __restrict__ table, const double beta)\n{}\n')
+    assert arg_types(source, "k") == "PPifqPd"
     # bounds chosen by a macro (pool's LAYOUT 2 picks them by a knob)
-    assert arg_types(source.replace("__launch_bounds__(BLOCK)", "MY_BOUNDS"), "k") == "PPifq"
+    assert arg_types(source.replace("__launch_bounds__(BLOCK)", "MY_BOUNDS"), "k") == "PPifqPd"
     with pytest.raises(ValueError, match="no extern"):
         arg_types(source, "other")
     with pytest.raises(ValueError, match="cannot pass"):

@@ -76,7 +76,7 @@ def kernel_sum_us(step: Any, reps: int) -> dict[str, Any]:
 
 def torch_model(torch: Any, params: dict, device: str = "cuda") -> tuple[Callable, list]:
     """(loss(ln, h_t, base, y, labels), its parameters): the model in plain torch ops."""
-    from ..ops.headloss import FRD_WEIGHT
+    from ..step import FRD_WEIGHT
     specs = catalog()
     pool, gate, head = (specs[k].peer for k in ("pool.forward", "resgate.forward",
                                                 "frdhead.forward"))
