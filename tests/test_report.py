@@ -682,7 +682,7 @@ def test_smoke_section_states_each_field_and_draws_the_loss_curve(reports: Path)
     record = json.loads(SMOKE_FIXTURE.read_text())
     assert table_row(readme, "loss_first / loss_last")[1:] == [
         f"{record['loss_first']:.4g} / {record['loss_last']:.4g}", "met"]
-    for field in ("nan", "bitwise_rerun", "reference_match"):
+    for field in ("nan", "bitwise_rerun", "graph_eager_bitwise", "reference_match"):
         assert table_row(readme, field)[-1] == "met"
     assert "largest relative loss difference 2.1e-07" in readme
     with Image.open(gpu_dir / "smoke_loss.png") as img:

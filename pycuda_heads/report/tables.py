@@ -608,7 +608,8 @@ METHOD = """## How the numbers are made
 
 
 # The smoke record's acceptance fields and what each must read.
-SMOKE_CHECKS = (("nan", False), ("bitwise_rerun", True), ("reference_match", True))
+SMOKE_CHECKS = (("nan", False), ("bitwise_rerun", True), ("graph_eager_bitwise", True),
+                ("reference_match", True))
 
 
 def _num(v: Any, fmt: str = ".4g") -> str:
