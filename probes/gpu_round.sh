@@ -7,13 +7,13 @@
 #   validate  a fresh validation with compute-sanitizer of every family
 #   probe     the torch host-cost probe
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   smoke     the smoke training and its record
+#   whole     the train_step bench rows, the smoke training, TrainStep under compute-sanitizer
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
 # then every other family; a family left out keeps its record).
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
-steps=" ${STEPS:-ab tests validate probe train smoke} "
+steps=" ${STEPS:-ab tests validate probe train whole} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
@@ -33,7 +33,7 @@ if has tests; then
 fi
 if has validate; then
     mkdir -p "$out/validate"
-    for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam}; do
+    for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam multiadam,headloss}; do
         timeout 230 pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
             --commit "$commit" >> "$out/validate/validate.log" 2>&1
         echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
@@ -53,9 +53,16 @@ if has train; then
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
 fi
-if has smoke; then
-    mkdir -p "$out/smoke"
-    timeout 120 pycuda-heads smoke --out "$out/smoke/rep" > "$out/smoke/smoke.log" 2>&1
-    echo "rc=$?" >> "$out/smoke/smoke.log"
-    pack smoke
+if has whole; then
+    mkdir -p "$out/whole"
+    timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/whole/bench" \
+        --commit "$commit" > "$out/whole/bench.log" 2>&1; echo "rc=$?" >> "$out/whole/bench.log"
+    timeout 150 pycuda-heads smoke --out "$out/whole/rep" > "$out/whole/smoke.log" 2>&1
+    echo "rc=$?" >> "$out/whole/smoke.log"
+    for tool in memcheck racecheck initcheck synccheck; do
+        timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 86 \
+            python probes/train_step_sanitize.py >> "$out/whole/sanitize.log" 2>&1
+        echo "rc=$? ($tool)" >> "$out/whole/sanitize.log"
+    done
+    pack whole
 fi

@@ -13,14 +13,17 @@ from .ops.adam import Adam
 from .ops.frd import FrdSoftmaxCE
 from .ops.frdhead import FrdHead
 from .ops.gate import AlphaGate
+from .ops.headloss import HeadLoss
+from .ops.multiadam import AdamSchedule, MultiAdam
 from .ops.pool import PerHorizonAttentionPool
 from .ops.reduce import ReduceAxis0, reduce_axis0
 from .ops.residual import PerHorizonResidual
 from .ops.resgate import ResidualGate
 from .records import VERSION
-from .step import HeadStep
+from .step import HeadStep, TrainStep
 
 __version__ = VERSION
-__all__ = ["Adam", "AlphaGate", "FrdHead", "FrdSoftmaxCE", "GpuUnavailableError", "HeadStep",
-           "LaunchError", "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0",
-           "ResidualGate", "gpu_available", "reduce_axis0", "synchronize", "__version__"]
+__all__ = ["Adam", "AdamSchedule", "AlphaGate", "FrdHead", "FrdSoftmaxCE", "GpuUnavailableError",
+           "HeadLoss", "HeadStep", "LaunchError", "MultiAdam", "PerHorizonAttentionPool",
+           "PerHorizonResidual", "ReduceAxis0", "ResidualGate", "TrainStep", "gpu_available",
+           "reduce_axis0", "synchronize", "__version__"]

@@ -40,6 +40,9 @@ FWD_BWD = "fwd+bwd"
 STEP_OP = "step"
 #: the bench's PyTorch training steps (``perf.torch_train``)
 TORCH_TRAIN_OP = "torch_train"
+#: the whole head's training step (``perf.train_bench``), and its multi-tensor Adam alone
+TRAIN_STEP_OP = "train_step"
+TRAIN_ADAM_OP = "train_step_adam"
 EMPTY_KERNEL = "empty_kernel"
 
 

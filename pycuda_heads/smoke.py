@@ -9,13 +9,17 @@ and its logits go through the softmax-CE. The loss of a step is
 
 with y the teacher's gated output and the labels the teacher FRD head's argmax atoms; the label
 stream ends with sentinel rows (the longest horizons of the last rows are not realised: -1).
-Every parameter takes a bias-corrected Adam step. The same step runs in float64 NumPy
-(``reference.py``) for the reference comparison of the first steps.
+Every parameter takes a bias-corrected Adam step. On the GPU the whole step is one
+``TrainStep`` replayed as a CUDA graph (one launch a step; the loss is computed on the device).
+The same step runs in float64 NumPy (``reference.py``) for the reference comparison of the
+first steps.
 
 Recorded in ``reports/<gpu>/smoke_training.json``: loss_first (step 1), loss_last (the last
 step), nan, bitwise_rerun (a second run from scratch gives bitwise the same losses and
-parameters), reference_match (the first REFERENCE_STEPS losses within 1e-4 relative of float64),
-steps, and the per-step losses the report plots.
+parameters), graph_eager_bitwise (the first EAGER_STEPS steps launched kernel by kernel give
+bitwise the graph's losses and parameters; both loss series are recorded), reference_match (the
+first REFERENCE_STEPS losses within 1e-4 relative of float64), steps, and the per-step losses
+the report plots.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from . import reference as ref
 
 LAMBDA_FRD = 0.5
 REFERENCE_STEPS, REFERENCE_RTOL = 3, 1e-4
+EAGER_STEPS = 20
 F32 = np.float32
 
 
@@ -89,44 +94,20 @@ def batch(cfg: Config, teach: dict[str, np.ndarray], step: int) -> dict[str, np.
 
 
 class Kernels:
-    """The model's steps on one side: the GPU ops (float32), or with ``gpu=False`` their float64
-    NumPy references. The two expose the same calls, so one ``train_step`` drives both."""
+    """The model's steps in float64 NumPy (the references), as ``train_step`` calls them."""
 
-    def __init__(self, cfg: Config, gpu: bool):
-        if not gpu:
-            self.dev, self.host = (lambda x: np.asarray(x, np.float64)), (lambda x: x)
-            self.pool_forward = ref.pool_forward
-            # the forward's ctx only spares the GPU kernel a read of ln; the math is the same
-            self.pool_backward = lambda q_h, ln, attn, grad_ctx, ctx=None: ref.pool_backward(
-                q_h, ln, attn, grad_ctx)
-            self.residual_forward, self.residual_backward = ref.residual_forward, ref.residual_backward
-            self.gate_forward, self.gate_backward = ref.gate_forward, ref.gate_backward
-            self.head_forward, self.grad_w2, self.grad_w1 = (
-                ref.frdhead_forward, ref.frdhead_grad_w2, ref.frdhead_grad_w1)
-            self.softmax_ce_grad = ref.frd_softmax_ce_grad
-            self.adam: Callable[..., Any] = lambda p, g, m, v, t: ref.adam_step(p, g, m, v, t,
-                                                                               lr=cfg.lr)
-            return
-        import pycuda.gpuarray as gpuarray
-
-        from .core.device import allocator
-        from .ops.adam import Adam
-        from .ops.frd import FrdSoftmaxCE
-        from .ops.frdhead import FrdHead
-        from .ops.gate import AlphaGate
-        from .ops.pool import PerHorizonAttentionPool
-        from .ops.residual import PerHorizonResidual
-        h, d = cfg.n_horizons, cfg.dim
-        pool, proj, gate = PerHorizonAttentionPool(h, d), PerHorizonResidual(h, d), AlphaGate(h)
-        head, adam = FrdHead(d, cfg.hidden, h, cfg.n_atoms), Adam(lr=cfg.lr)
-        self.dev = lambda x: gpuarray.to_gpu(np.asarray(x, F32), allocator=allocator())
-        self.host = lambda x: x.get()
-        self.pool_forward, self.pool_backward = pool.forward, pool.backward
-        self.residual_forward, self.residual_backward = proj.forward, proj.backward
-        self.gate_forward, self.gate_backward = gate.forward, gate.backward
-        self.head_forward, self.grad_w2, self.grad_w1 = head.forward, head.grad_w2, head.grad_w1
-        self.softmax_ce_grad = FrdSoftmaxCE(h, cfg.n_atoms).softmax_ce_grad
-        self.adam = lambda p, g, m, v, t: adam.step(p, g, m, v, t, inplace=True)
+    def __init__(self, cfg: Config):
+        self.dev, self.host = (lambda x: np.asarray(x, np.float64)), (lambda x: x)
+        self.pool_forward = ref.pool_forward
+        self.pool_backward = lambda q_h, ln, attn, grad_ctx, ctx=None: ref.pool_backward(
+            q_h, ln, attn, grad_ctx)
+        self.residual_forward, self.residual_backward = ref.residual_forward, ref.residual_backward
+        self.gate_forward, self.gate_backward = ref.gate_forward, ref.gate_backward
+        self.head_forward, self.grad_w2, self.grad_w1 = (
+            ref.frdhead_forward, ref.frdhead_grad_w2, ref.frdhead_grad_w1)
+        self.softmax_ce_grad = ref.frd_softmax_ce_grad
+        self.adam: Callable[..., Any] = lambda p, g, m, v, t: ref.adam_step(p, g, m, v, t,
+                                                                           lr=cfg.lr)
 
 
 def train_step(k: Kernels, state: dict[str, dict[str, Any]], data: dict[str, np.ndarray],
@@ -158,8 +139,8 @@ def train_step(k: Kernels, state: dict[str, dict[str, Any]], data: dict[str, np.
 
 def train(cfg: Config, k: Kernels, steps: int, snapshot_at: int | None = None
           ) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray] | None]:
-    """``steps`` steps from the seeded initial parameters: the losses, the final parameters and
-    (with ``snapshot_at``) the parameters after that many steps, else None."""
+    """``steps`` float64 steps from the seeded initial parameters: the losses, the final
+    parameters and (with ``snapshot_at``) the parameters after that many steps, else None."""
     teach = teacher(cfg)
     init = init_params(np.random.default_rng([cfg.seed, 0]), cfg)
     state = {"param": {n: k.dev(v) for n, v in init.items()},
@@ -168,43 +149,77 @@ def train(cfg: Config, k: Kernels, steps: int, snapshot_at: int | None = None
     losses, snapshot = [], None
     for s in range(steps):
         losses.append(train_step(k, state, batch(cfg, teach, s), s + 1))
-        if s + 1 == snapshot_at:  # a copy: the float64 side's arrays are the state itself
-            snapshot = {n: np.array(k.host(v)) for n, v in state["param"].items()}
-    return losses, {n: np.asarray(k.host(v)) for n, v in state["param"].items()}, snapshot
+        if s + 1 == snapshot_at:  # a copy: the arrays are the state itself
+            snapshot = {n: np.array(v) for n, v in state["param"].items()}
+    return losses, dict(state["param"]), snapshot
+
+
+def gpu_train(cfg: Config, steps: int, graph: bool, snapshot_at: int | None = None
+              ) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """``train`` on the GPU through one ``TrainStep``: each step replayed as its CUDA graph
+    (``graph``) or launched kernel by kernel. The losses are the device's float32 ones."""
+    from .step import TrainStep
+    step = TrainStep(cfg.n_horizons, cfg.dim, cfg.batch, cfg.seq, frd_hidden=cfg.hidden,
+                     n_atoms=cfg.n_atoms, lr=cfg.lr, frd_weight=LAMBDA_FRD)
+    teach = teacher(cfg)
+    step.load(init_params(np.random.default_rng([cfg.seed, 0]), cfg))
+    losses, snapshot = [], None
+    for s in range(steps):
+        step.feed(**batch(cfg, teach, s))
+        loss = step.replay() if graph else step.run()
+        losses.append(float(loss.get()[0]))  # the next feed overwrites the inputs: read now
+        if s + 1 == snapshot_at:
+            snapshot = {n: a.get() for n, a in step.params.items()}
+    return losses, {n: a.get() for n, a in step.params.items()}, snapshot
+
+
+def _same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(a[n].tobytes() == b[n].tobytes() for n in a)
+
+
+def _f32_bits(losses: list[float]) -> bytes:
+    return np.array(losses, np.float32).tobytes()
 
 
 def run(cfg: Config) -> dict[str, Any]:
-    """Two GPU runs and the float64 reference of the first steps; the record."""
+    """Two graph runs, the first steps launched eagerly, the float64 reference of the first
+    steps; the record."""
     start = time.perf_counter()
-    gpu = Kernels(cfg, gpu=True)
-    ref_steps = min(REFERENCE_STEPS, cfg.steps)
-    losses, params, short = train(cfg, gpu, cfg.steps, snapshot_at=ref_steps)
-    again, params_again, _ = train(cfg, gpu, cfg.steps)
-    ref_losses, ref_params, _ = train(cfg, Kernels(cfg, gpu=False), ref_steps)
+    ref_steps, eager_steps = min(REFERENCE_STEPS, cfg.steps), min(EAGER_STEPS, cfg.steps)
+    losses, params, short = gpu_train(cfg, cfg.steps, graph=True, snapshot_at=ref_steps)
+    again, params_again, at_eager = gpu_train(cfg, cfg.steps, graph=True,
+                                              snapshot_at=eager_steps)
+    eager, eager_params, _ = gpu_train(cfg, eager_steps, graph=False)
+    ref_losses, ref_params, _ = train(cfg, Kernels(cfg), ref_steps)
     ref_err = max(abs(a - r) / abs(r) for a, r in zip(losses, ref_losses))
     # Parameters after the reference steps, for the record: Adam moves an entry by about lr
     # whatever its gradient's size, so an entry whose gradient is at float32 rounding level can
     # differ by lr; the criterion is the losses, which a wrong gradient moves far beyond 1e-4.
     param_err = {n: float(np.linalg.norm(short[n] - v) / max(np.linalg.norm(v), 1e-30))
                  for n, v in ref_params.items()}
-    bitwise = (np.array(losses).tobytes() == np.array(again).tobytes()
-               and all(params[n].tobytes() == params_again[n].tobytes() for n in params))
+    bitwise = _f32_bits(losses) == _f32_bits(again) and _same_bits(params, params_again)
+    graph_eager = (_f32_bits(again[:eager_steps]) == _f32_bits(eager)
+                   and _same_bits(at_eager, eager_params))
     return {"loss_first": losses[0], "loss_last": losses[-1],
             "nan": bool(not np.isfinite(losses).all()
                         or not all(np.isfinite(v).all() for v in params.values())),
-            "bitwise_rerun": bool(bitwise), "reference_match": bool(ref_err <= REFERENCE_RTOL),
+            "bitwise_rerun": bool(bitwise), "graph_eager_bitwise": bool(graph_eager),
+            "reference_match": bool(ref_err <= REFERENCE_RTOL), "path": "cuda_graph",
             "steps": cfg.steps, "reference_steps": ref_steps,
             "reference_max_rel_err": ref_err, "reference_losses": ref_losses,
-            "reference_param_rel_err": param_err,
+            "reference_param_rel_err": param_err, "eager_steps": eager_steps,
+            "graph_losses_first": again[:eager_steps], "eager_losses": eager,
             "alpha_last": [float(a) for a in params["alpha"]], "losses": losses,
             "lambda_frd": LAMBDA_FRD, "config": cfg.__dict__,
             "seconds": round(time.perf_counter() - start, 1)}
 
 
 def passed(result: dict[str, Any]) -> bool:
-    """The acceptance: the loss halves, no NaN, bitwise reruns, float64 agreement, alpha open."""
+    """The acceptance: the loss halves, no NaN, bitwise reruns, the graph bitwise the eager
+    steps, float64 agreement, alpha open."""
     return bool(result["loss_last"] <= 0.5 * result["loss_first"] and not result["nan"]
-                and result["bitwise_rerun"] and result["reference_match"]
+                and result["bitwise_rerun"] and result["graph_eager_bitwise"]
+                and result["reference_match"]
                 and max(abs(a) for a in result["alpha_last"]) > 1e-3)
 
 
@@ -230,7 +245,8 @@ def _cli(args: argparse.Namespace) -> int:
     path = Path(args.out) / device.gpu_slug() / records.SMOKE_JSON
     records.write_json(path, result)
     print(f"loss {result['loss_first']:.4f} -> {result['loss_last']:.4f} in {result['steps']} "
-          f"steps, nan {result['nan']}, bitwise rerun {result['bitwise_rerun']}, float64 match "
+          f"steps (CUDA graph), nan {result['nan']}, bitwise rerun {result['bitwise_rerun']}, "
+          f"graph = eager bitwise {result['graph_eager_bitwise']}, float64 match "
           f"{result['reference_match']} ({result['reference_max_rel_err']:.1e}), alpha "
           f"{result['alpha_last']}, {result['seconds']} s: {'PASS' if result['passed'] else 'FAIL'}")
     print(f"wrote {path}")

@@ -105,7 +105,7 @@ ALLOWED = {ROOT: {"ops", "step", "catalog", "core", "records"},
            "verify": {"catalog", "core", "records"},
            "perf": {"catalog", "core", "step", "records", "torch"},
            "tuning": {"catalog", "core", "verify", "perf.timing", "records"}, "report": {"records"},
-           "smoke": {"ops", "core", "reference", "records"}}
+           "smoke": {"ops", "step", "core", "reference", "records"}}
 
 
 def _allowed(layer: str, target: str) -> bool:
@@ -148,20 +148,20 @@ def test_prepared_call_types_are_read_from_the_c_signature(kernel: str) -> None:
     spec = catalog()[kernel]
     source = render(spec.family, {**spec.template(SUITE_TEMPLATE), **spec.space.default})
     types = arg_types(source, spec.entry)
-    assert types and set(types) <= set("PifqI")
+    assert types and set(types) <= set("PifqId")
 
 
 def test_argument_types_of_a_signature() -> None:
     source = ('extern "C" __global__ void __launch_bounds__(BLOCK)\n'
               'k(const float* __restrict__ a, int* b, const int n, const float s,\n'
-              '  const long long t)\n{}\n')
-    assert arg_types(source, "k") == "PPifq"
+              '  const long long t, const long long* __restrict__ table, const double beta)\n{}\n')
+    assert arg_types(source, "k") == "PPifqPd"
     # bounds chosen by a macro (pool's LAYOUT 2 picks them by a knob)
-    assert arg_types(source.replace("__launch_bounds__(BLOCK)", "MY_BOUNDS"), "k") == "PPifq"
+    assert arg_types(source.replace("__launch_bounds__(BLOCK)", "MY_BOUNDS"), "k") == "PPifqPd"
     with pytest.raises(ValueError, match="no extern"):
         arg_types(source, "other")
     with pytest.raises(ValueError, match="cannot pass"):
-        arg_types('extern "C" __global__ void k(double x) {}', "k")
+        arg_types('extern "C" __global__ void k(short x) {}', "k")
 
 
 # --- a toy family: its files alone put it in every derived table -----------------------------

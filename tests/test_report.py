@@ -639,7 +639,7 @@ def test_bench_alone_gives_tables_and_names_the_rest(tmp_path: Path) -> None:
 
 PEER_SHAPES = {"pool": {"B": 3, "K": 7}, "residual": {"B": 5}, "gate": {"B": 6}, "frd": {"B": 40},
                "reduce": {"N": 33, "M": 7}, "resgate": {"B": 5}, "frdhead": {"B": 9},
-               "adam": {"N": 50}}
+               "adam": {"N": 50}, "multiadam": {"N": 50}, "headloss": {"B": 7, "L": 1}}
 
 
 def test_every_benchmarked_kernel_declares_a_torch_peer() -> None:
@@ -682,7 +682,7 @@ def test_smoke_section_states_each_field_and_draws_the_loss_curve(reports: Path)
     record = json.loads(SMOKE_FIXTURE.read_text())
     assert table_row(readme, "loss_first / loss_last")[1:] == [
         f"{record['loss_first']:.4g} / {record['loss_last']:.4g}", "met"]
-    for field in ("nan", "bitwise_rerun", "reference_match"):
+    for field in ("nan", "bitwise_rerun", "graph_eager_bitwise", "reference_match"):
         assert table_row(readme, field)[-1] == "met"
     assert "largest relative loss difference 2.1e-07" in readme
     with Image.open(gpu_dir / "smoke_loss.png") as img:
@@ -739,3 +739,24 @@ def test_report_twice_gives_the_same_bytes_and_leaves_its_data_alone(tmp_path) -
     mismatch = filecmp.dircmp(first, second)
     changed = [f for d in [mismatch, *mismatch.subdirs.values()] for f in d.diff_files]
     assert not changed, f"a second report differs in {changed}"
+
+
+def test_the_whole_training_step_table_and_its_goals():
+    from pycuda_heads.report import data as report_data, tables as report_tables
+    rows = []
+    for shape, graph, ro, kernels in (("B=2,K=8", 21.0, 700.0, 12.0),
+                                      ("B=4096,K=256", 400.0, 3000.0, 380.0)):
+        for provider, t in (("library_graph", graph), ("torch_compile_ro", ro),
+                            ("kernel_sum", kernels)):
+            rows.append({"op": "train_step", "shape": shape, "pass": "fwd+bwd",
+                         "provider": provider, "median_us": t})
+    adam = {"op": "train_step_adam", "shape": "8 tensors,N=31347", "pass": "step"}
+    rows += [{**adam, "provider": "library_multi", "median_us": 2.5},
+             {**adam, "provider": "floor", "note": "L2-resident: 877716 B moved"}]
+    text = report_tables.whole_step(*report_data.whole_step_results(rows))
+    assert "| B=2,K=8 | graph vs torch.compile reduce-overhead | >= 25x | met: 33.33x faster |" \
+        in text
+    assert "| B=2,K=8 | graph wall time | <= 20 us | **missed**: 21.0 us |" in text
+    assert "<= 1.15x its time | met: 1.05x slower" in text
+    assert "HBM floor: L2-resident" in text and "%" not in text
+    assert report_data.cases(rows) == []  # no kernel section for these rows

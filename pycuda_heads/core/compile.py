@@ -226,7 +226,7 @@ def _as_tuple(fmt: Any, *args: Any) -> tuple:
 
 
 # One 8-byte slot a kernel argument, by prepared-call type letter (struct format, padded).
-_SLOTS = {"P": "Q", "i": "i4x", "f": "f4x", "q": "q", "I": "I4x"}
+_SLOTS = {"P": "Q", "i": "i4x", "f": "f4x", "q": "q", "I": "I4x", "d": "d"}
 
 
 class _ArgumentSlots(threading.local):

@@ -23,8 +23,14 @@ class Graph:
         try:
             with capturing():
                 record(stream)
-        finally:  # end the capture even when recording failed, or the stream stays unusable
-            graph = checked(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
+        except BaseException:
+            # end the capture, so the stream is usable again, and drop what it held: the
+            # recording's error is the one raised
+            ended = cu.cuStreamEndCapture(handle)
+            if int(ended[0]) == 0:
+                cu.cuGraphDestroy(ended[1])
+            raise
+        graph = checked(cu.cuStreamEndCapture(handle), "cuStreamEndCapture")
         self._graph = graph
         self._exec = checked(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
 

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 COMMON_HEADER = "heads_common.cuh"
 _INCLUDE = f'#include "{COMMON_HEADER}"'
 # Prepared-call type letters of the C parameter types the kernels use.
-_ARG_TYPES = {"float*": "P", "int*": "P", "float": "f", "int": "i", "long long": "q",
-              "unsigned int": "I"}
+_ARG_TYPES = {"float*": "P", "int*": "P", "long long*": "P", "float": "f", "int": "i",
+              "long long": "q", "unsigned int": "I", "double": "d"}
 
 
 def cu_dir() -> Path:

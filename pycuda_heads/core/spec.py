@@ -40,6 +40,11 @@ def uniform2(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
     return rng.uniform(-2, 2, shape).astype(np.float32)
 
 
+def positive_small(rng: np.random.Generator, shape: tuple, dims: Dims) -> np.ndarray:
+    """Squares of normal draws / 100: a running mean of squared gradients (Adam's v)."""
+    return rng.standard_normal(shape, dtype=np.float32) ** 2 * np.float32(1e-2)
+
+
 def draw_labels(rng: np.random.Generator, shape: tuple, dims: Mapping[str, int]) -> np.ndarray:
     """Labels uniform over the atoms, about one in ten the -1 sentinel; the first three rows
     are -1, 0 and N_ATOMS-1."""

@@ -44,13 +44,14 @@ log = logging.getLogger("pycuda_heads.bench")
 LIBRARY = ("tuned", "default")
 STEP = records.STEP_OP  # the composed head step (``step_bench``), beside the catalog's families
 TORCH_TRAIN = records.TORCH_TRAIN_OP  # PyTorch training steps (``torch_train``)
+TRAIN_STEP = records.TRAIN_STEP_OP  # the whole head's training step (``train_bench``)
 #: the bench's ops that are no catalog family
-COMPOSED = (STEP, TORCH_TRAIN)
+COMPOSED = (STEP, TORCH_TRAIN, TRAIN_STEP)
 PEERS = ("torch_eager", "torch_compile")
 COLUMNS = ("date", "commit", "gpu", "driver_version", "cuda_version", "library_version",
            "torch_version", "op", "shape", "pass", "provider", "median_us", "p20_us", "p80_us",
            "reps", "python_call_us", "bare_launch_us", "floor_bytes", "copy_bandwidth_GBps",
-           "l2_cache_bytes", "max_rel_err", "noisy", "config", "error")
+           "l2_cache_bytes", "max_rel_err", "noisy", "config", "error", "note")
 
 
 def library_op(specs: Sequence[KernelSpec], provider: str,
@@ -236,6 +237,12 @@ class Bench:
             from . import step_bench
             torch = self.peers.torch if self.peers is not None else None
             append_rows(self.path, step_bench.rows(self._row, torch, log.warning))
+        if TRAIN_STEP in self.ops:
+            from . import train_bench
+            torch = self.peers.torch if self.peers is not None else None
+            append_rows(self.path, train_bench.rows(self._row, torch, self.bandwidth,
+                                                    int(self.base.get("l2_cache_bytes") or 0),
+                                                    log.warning, self.reps))
         if TORCH_TRAIN in self.ops:
             if self.peers is None:
                 log.warning("torch_train: not measured, torch is not importable here")
@@ -403,8 +410,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=[*(f for f in catalog().families() if f != "reduce"),
                                  *COMPOSED],
                         help="ops to measure, e.g. pool,step (default: every op but reduce, "
-                             "which the backward passes include, the composed head step and "
-                             "the PyTorch training steps)")
+                             "which the backward passes include, the composed head step, "
+                             "the PyTorch training steps and the whole training step "
+                             "train_step)")
     parser.add_argument("--quick", action="store_true",
                         help="smallest and largest shape of each op, fewer repetitions")
     parser.add_argument("--out", type=Path, default=Path("reports"),

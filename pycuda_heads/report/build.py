@@ -41,6 +41,7 @@ def build(gpu_dir: Path) -> Path:
         written.update(plots)
         parts.append(report_tables.op_section(op, mine, plots))
     parts.append(report_tables.step(report_data.step_results(data.bench)))
+    parts.append(report_tables.whole_step(*report_data.whole_step_results(data.bench)))
     parts.append(report_tables.torch_train(report_data.train_results(data.bench)))
     parts.append(report_tables.sweep(data.runs))
     parts.append(report_tables.worker_runs(data.runs))

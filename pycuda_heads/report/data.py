@@ -22,6 +22,8 @@ from ..records import (
     RUNS_JSON,
     STEP_OP,
     TORCH_TRAIN_OP,
+    TRAIN_ADAM_OP,
+    TRAIN_STEP_OP,
     TUNING_DIR,
     VALIDATION_JSON,
     dims_label,
@@ -234,6 +236,23 @@ def step_results(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str
     return _by_shape(rows, STEP_OP)
 
 
+WHOLE_STEP_PROVIDERS = {**STEP_PROVIDERS, "kernel_sum": "sum of its kernels (GPU)"}
+# Whole-training-step goals: (shape, provider the graph is compared with, the graph at least
+# this many times faster; a goal below 1 asks the graph to be within 1/goal of it)
+WHOLE_STEP_GOALS = (("B=2,K=8", "torch_compile_ro", 25.0),
+                    ("B=4096,K=256", "kernel_sum", 1 / 1.15))
+#: the graph's wall time per step at the smallest shape must not exceed this (us)
+WHOLE_STEP_SMALL_US = 20.0
+ADAM_PROVIDERS = {"library_multi": "multi-tensor launch", "torch_fused": "torch fused Adam",
+                  "floor": "HBM floor"}
+
+
+def whole_step_results(rows: Sequence[dict[str, Any]]
+                       ) -> tuple[dict[str, dict[str, dict[str, Any]]], ...]:
+    """(shape -> provider -> row) of the whole training step, and of its Adam alone."""
+    return _by_shape(rows, TRAIN_STEP_OP), _by_shape(rows, TRAIN_ADAM_OP)
+
+
 def _by_shape(rows: Iterable[dict[str, Any]], op: str) -> dict[str, dict[str, dict[str, Any]]]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -356,7 +375,8 @@ def cases(rows: Iterable[dict[str, Any]]) -> list[BenchResult]:
     sections)."""
     grouped: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
-        if row.get("op") in (EMPTY_KERNEL, STEP_OP, TORCH_TRAIN_OP):
+        if row.get("op") in (EMPTY_KERNEL, STEP_OP, TORCH_TRAIN_OP, TRAIN_STEP_OP,
+                             TRAIN_ADAM_OP):
             continue
         key = (row.get("op", ""), row.get("shape", ""), row.get("pass", ""))
         grouped.setdefault(key, {})[row.get("provider", "")] = row

@@ -1,0 +1,88 @@
+// Multi-tensor Adam: one launch updates every tensor listed in a device table. Row i of the
+// table holds tensor i's param, grad, m, v, param_out, m_out, v_out addresses, its length n and
+// the first block of the grid that works on it; block x updates elements of the last tensor whose
+// first block is <= x, BLOCK * ITEMS of them, exactly as adam_step does for one array. The
+// element update is adam_step's expression, so the result is bitwise per-array Adam's.
+// The outputs may alias the inputs (in place), so no pointer is __restrict__. No atomics.
+// Template constants: BLOCK, ITEMS.
+#include "heads_common.cuh"
+
+#define TABLE_COLS 9
+
+// Programmatic dependent launch (sm_90 on): the next kernel may begin launching, and nothing
+// here touches memory before the previous kernel's writes are visible. A no-op on a plain launch.
+__device__ __forceinline__ void pdl_enter()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// lr, bc1 and bc2 come from schedule[0..2] when it is not null (a training step whose counter
+// lives on the device, advanced by multiadam_advance), else from the arguments.
+extern "C" __global__ void __launch_bounds__(BLOCK)
+multiadam_step(const long long* __restrict__ table, const int n_tensors,
+               const float* __restrict__ schedule, const float lr, const float beta1,
+               const float beta2, const float one_minus_beta1, const float one_minus_beta2,
+               const float eps, const float bc1, const float bc2)
+{
+    pdl_enter();
+    int lo = 0, hi = n_tensors - 1;  // binary search over the rows' first blocks
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (table[mid * TABLE_COLS + 8] <= (long long)blockIdx.x) lo = mid; else hi = mid - 1;
+    }
+    const long long* row = table + lo * TABLE_COLS;
+    const float* param = reinterpret_cast<const float*>(row[0]);
+    const float* grad = reinterpret_cast<const float*>(row[1]);
+    const float* m = reinterpret_cast<const float*>(row[2]);
+    const float* v = reinterpret_cast<const float*>(row[3]);
+    float* param_out = reinterpret_cast<float*>(row[4]);
+    float* m_out = reinterpret_cast<float*>(row[5]);
+    float* v_out = reinterpret_cast<float*>(row[6]);
+    const int n = (int)row[7];
+    const float rate = schedule ? schedule[0] : lr;
+    const float c1 = schedule ? schedule[1] : bc1;
+    const float c2 = schedule ? schedule[2] : bc2;
+    const int base = ((int)blockIdx.x - (int)row[8]) * BLOCK * ITEMS + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+        const int i = base + j * BLOCK;
+        if (i < n) {
+            const float g = grad[i];
+            const float mi = beta1 * m[i] + one_minus_beta1 * g;
+            const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
+            const float p = param[i] - rate * (mi / c1) / (sqrtf(vi / c2) + eps);
+            m_out[i] = mi;
+            v_out[i] = vi;
+            param_out[i] = p;
+        }
+    }
+}
+
+// beta^t by squaring in double, products rounded one by one (never fused into the 1 - x that
+// follows): the host's float(1 - beta ** t) to the bit for the betas in use (a CPU test
+// compares the same sequence with Python's over many steps).
+__device__ __forceinline__ double power(double beta, int t)
+{
+    double r = 1.0;
+    for (; t; t >>= 1, beta = __dmul_rn(beta, beta))
+        if (t & 1) r = __dmul_rn(r, beta);
+    return r;
+}
+
+// One thread: step[0] += 1 and the bias corrections of the new step into schedule[1..2], so a
+// replayed training step needs no argument from the host.
+extern "C" __global__ void __launch_bounds__(32)
+multiadam_advance(int* __restrict__ step, float* __restrict__ schedule, const double beta1,
+                  const double beta2)
+{
+    pdl_enter();
+    if (threadIdx.x == 0) {
+        const int t = step[0] + 1;
+        step[0] = t;
+        schedule[1] = __double2float_rn(__dsub_rn(1.0, power(beta1, t)));
+        schedule[2] = __double2float_rn(__dsub_rn(1.0, power(beta2, t)));
+    }
+}
