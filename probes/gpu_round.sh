@@ -3,6 +3,7 @@
 # round cut short by the device's time limit still brings back what finished (the device
 # returns few files). Steps, in order, from $STEPS (default: all):
 #   ab        host-cost A/B against .base, quiet machine first ($AB_ROUNDS, $AB_OPS)
+#   abmin     the same A/B by probes/host_cost_min.py (fastest of many runs), $AB_ROUNDS times
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   probe     the torch host-cost probe
@@ -13,7 +14,7 @@
 # then every other family; a family left out keeps its record).
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
-steps=" ${STEPS:-ab tests validate probe train whole} "
+steps=" ${STEPS:-ab abmin tests validate probe train whole} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
@@ -23,6 +24,16 @@ if has ab; then
     AB_OPS="${AB_OPS:-resgate}" ROUNDS="${AB_ROUNDS:-4}" timeout "${AB_S:-120}" \
         bash probes/ab_host_cost.sh "$out/ab" > "$out/ab/ab.log" 2>&1; echo "rc=$?" >> "$out/ab/ab.log"
     pack ab
+fi
+if has abmin; then
+    mkdir -p "$out/abmin"
+    for round in $(seq 1 "${AB_ROUNDS:-4}"); do  # -c: the working folder first on the path
+        (cd .base && timeout 60 python -c "import runpy; runpy.run_path('../probes/host_cost_min.py', run_name='__main__')" \
+            > "$out/abmin/base$round.json" 2>> "$out/abmin/ab.log")
+        timeout 60 python -c "import runpy; runpy.run_path('probes/host_cost_min.py', run_name='__main__')" \
+            > "$out/abmin/head$round.json" 2>> "$out/abmin/ab.log"
+    done
+    pack abmin
 fi
 if has tests; then
     mkdir -p "$out/tests"
@@ -55,8 +66,6 @@ if has train; then
 fi
 if has whole; then
     mkdir -p "$out/whole"
-    timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/whole/bench" \
-        --commit "$commit" > "$out/whole/bench.log" 2>&1; echo "rc=$?" >> "$out/whole/bench.log"
     timeout 150 pycuda-heads smoke --out "$out/whole/rep" > "$out/whole/smoke.log" 2>&1
     echo "rc=$?" >> "$out/whole/smoke.log"
     for tool in memcheck racecheck initcheck synccheck; do
@@ -65,4 +74,8 @@ if has whole; then
         echo "rc=$? ($tool)" >> "$out/whole/sanitize.log"
     done
     pack whole
+    mkdir -p "$out/trainstep"
+    timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/trainstep/bench" \
+        --commit "$commit" > "$out/trainstep/bench.log" 2>&1; echo "rc=$?" >> "$out/trainstep/bench.log"
+    pack trainstep
 fi
