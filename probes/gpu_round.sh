@@ -7,14 +7,14 @@
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   probe     the torch host-cost probe
+#   whole     the smoke training, TrainStep under compute-sanitizer, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   whole     the train_step bench rows, the smoke training, TrainStep under compute-sanitizer
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
 # then every other family; a family left out keeps its record).
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
-steps=" ${STEPS:-ab abmin tests validate probe train whole} "
+steps=" ${STEPS:-ab abmin tests validate probe whole train} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
@@ -58,12 +58,6 @@ if has probe; then
     timeout 120 python probes/torch_host_cost.py "$out/probe/torch_host_cost.json" > "$out/probe/probe.log" 2>&1
     pack probe
 fi
-if has train; then
-    mkdir -p "$out/train"
-    timeout "${TRAIN_S:-110}" pycuda-heads bench --ops "${BENCH_OPS:-torch_train}" --out "$out/train/bench" \
-        --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
-    pack train
-fi
 if has whole; then
     mkdir -p "$out/whole"
     timeout 150 pycuda-heads smoke --out "$out/whole/rep" > "$out/whole/smoke.log" 2>&1
@@ -78,4 +72,10 @@ if has whole; then
     timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/trainstep/bench" \
         --commit "$commit" > "$out/trainstep/bench.log" 2>&1; echo "rc=$?" >> "$out/trainstep/bench.log"
     pack trainstep
+fi
+if has train; then
+    mkdir -p "$out/train"
+    timeout "${TRAIN_S:-110}" pycuda-heads bench --ops "${BENCH_OPS:-torch_train}" --out "$out/train/bench" \
+        --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
+    pack train
 fi
