@@ -104,8 +104,7 @@ def test_each_cited_number_is_what_its_data_says(page, text, cited, fragment, ti
         f"{page}: [{text}] but the data says {value:.4g}"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "commands.md"],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_no_time_is_written_without_its_source(page):
     # a time in us outside a link would be a number no test holds to the data
     bare = LINK.sub("", page.read_text())
