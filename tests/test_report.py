@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import importlib.util
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -193,9 +194,8 @@ class FakeHarness:
                 "python_call_us": 4.0}
 
 
-def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("tqdm", reason="the bench's progress bar comes with the gpu extra")
+def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     monkeypatch.delitem(sys.modules, "pycuda_heads.perf.peers_torch", raising=False)
     small = {"gate": ({"B": 3}, {"B": 20}, {"B": 64}), "frd": ({"B": 16}, {"B": 64})}
@@ -205,8 +205,14 @@ def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
                     commit="abc1234", cat=cat)
     assert [(op, shape) for op, shape, _ in b.plan()] == [
         ("gate", {"B": 3}), ("gate", {"B": 64}), ("frd", {"B": 16}), ("frd", {"B": 64})]
-    path = b.run()
+    with caplog.at_level(logging.INFO, "pycuda_heads"):
+        path = b.run()
     assert path == tmp_path / "fake-gpu" / "bench.csv"
+    # outside a terminal, a log line per case measured: the empty kernel, then each provider
+    steps = [r.getMessage() for r in caplog.records if r.name == "pycuda_heads.progress"]
+    assert len(steps) == 1 + 2 * 3 * 2 + 2 * 2
+    assert steps[0] == "bench: 1/17 case (empty_kernel)"
+    assert steps[-1] == "bench: 17/17 case (frd B=64 fwd+bwd default)"
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     # empty kernel + gate 2 shapes x 3 passes x 3 providers + frd 2 shapes x 1 pass x 3;
