@@ -213,6 +213,80 @@ def test_every_malformed_invocation_exits_2_with_one_line_naming_it(args, messag
     assert not (workdir / "no").exists()  # a missing results folder is not created
 
 
+# The base install (pip install pycuda-heads, no extra): the extras' imports fail.
+EXTRAS = ("optuna", "sqlalchemy", "scipy", "tqdm", "matplotlib", "torch", "pycuda", "psycopg")
+
+
+@pytest.mark.parametrize("args,message", [pytest.param(*c, id=" ".join(c[0])[:60] or "none")
+                                          for c in EVERY_COMMAND])
+def test_in_the_base_install_every_malformed_invocation_exits_2_with_one_line(
+        args, message, workdir, monkeypatch, capsys):
+    for name in EXTRAS:
+        monkeypatch.setitem(sys.modules, name, None)
+    status, lines = run_main(args, capsys)
+    assert status == 2 and len(lines) == 1, lines
+    assert "Traceback" not in lines[0]
+    if args[:1] and args[0] in TUNER_COMMANDS:  # the tuner cannot run: its extra is named
+        assert f"pycuda-heads {args[0]}: the tuner is unavailable" in lines[0]
+        assert "pip install -e '.[tune]'" in lines[0]
+    else:
+        assert message in lines[0]
+
+
+class _Driver:
+    """libcuda as ctypes sees it: ``status`` from cuInit, ``devices`` from cuDeviceGetCount."""
+
+    def __init__(self, status, devices):
+        self.status, self.devices = status, devices
+
+    def cuInit(self, flags):
+        return self.status
+
+    def cuDeviceGetCount(self, count):
+        count._obj.value = self.devices
+        return 0
+
+    def cuGetErrorName(self, status, name):
+        name._obj.value = b"CUDA_ERROR_NO_DEVICE" if status == 100 else None
+        return 0
+
+
+def _no_libcuda(name):
+    raise OSError(f"{name}: cannot open shared object file")
+
+
+@pytest.mark.parametrize("driver,message", [
+    (_no_libcuda, "no NVIDIA driver (libcuda.so.1 not found)"),
+    (lambda name: _Driver(100, 0), "no CUDA device (CUDA_ERROR_NO_DEVICE)"),
+    (lambda name: _Driver(0, 0), "no CUDA device (no device)"),
+], ids=["no driver", "driver without a device", "no device counted"])
+def test_check_device_without_a_gpu_ends_in_one_line_before_nvcc(driver, message, workdir,
+                                                                 monkeypatch, capsys):
+    import ctypes
+    from pycuda_heads.verify import static_check
+    monkeypatch.setattr(ctypes, "CDLL", driver)
+    monkeypatch.setattr(static_check, "nvcc_version",
+                        lambda: pytest.fail("nvcc asked before the device"))
+    status, lines = run_main(["check", "--device"], capsys)
+    assert status == 2 and len(lines) == 1
+    assert lines[0] == (f"pycuda-heads check: no GPU to run on, {message}: the GPU commands "
+                        "need an NVIDIA GPU with its driver, and PyCUDA's build the CUDA toolkit")
+
+
+def test_check_device_with_a_gpu_goes_on_to_the_static_check(workdir, monkeypatch, capsys):
+    import ctypes
+    from pycuda_heads.verify import static_check
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: _Driver(0, 2))
+
+    def no_nvcc():
+        raise static_check.NvccUnavailableError("nvcc not found")
+    monkeypatch.setattr(static_check, "nvcc_version", no_nvcc)
+    from pycuda_heads.cli import main
+    assert main(["check", "--device"]) == 2  # the static check ran: it found no nvcc
+    captured = capsys.readouterr()
+    assert captured.out == "2 CUDA device(s)\n" and "nvcc not found" in captured.err
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="asks nvcc which archs it has")
 def test_an_arch_nvcc_lacks_is_named_before_any_compile(workdir, capsys):
     status, lines = run_main(["check", "--arch", "sm_90", "sm_10"], capsys)

@@ -99,13 +99,13 @@ def _layer(module: str) -> str:
 # its modules may import only those of their layer. The root re-exports the public API: it is the
 # top layer, and no layer may import it.
 ALLOWED = {ROOT: {"ops", "step", "catalog", "core", "records"},
-           "reference": set(), "records": set(), "core": {"records"},
+           "reference": set(), "records": set(), "progress": set(), "core": {"records"},
            "ops": {"core", "reference", "ops.reduce"}, "step": {"core", "ops"},
            "torch": {"core", "ops"}, "catalog": {"ops", "core.spec", "records"},
-           "verify": {"catalog", "core", "records"},
-           "perf": {"catalog", "core", "step", "records", "torch"},
-           "tuning": {"catalog", "core", "verify", "perf.timing", "records"}, "report": {"records"},
-           "smoke": {"ops", "step", "core", "reference", "records"}}
+           "verify": {"catalog", "core", "records", "progress"},
+           "perf": {"catalog", "core", "step", "records", "torch", "progress"},
+           "tuning": {"catalog", "core", "verify", "perf.timing", "records", "progress"},
+           "report": {"records", "progress"}, "smoke": {"ops", "step", "core", "reference", "records"}}
 
 
 def _allowed(layer: str, target: str) -> bool:

@@ -7,6 +7,8 @@ import csv
 import dataclasses
 import importlib.util
 import json
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -42,9 +44,14 @@ def fixture_times() -> dict[tuple[str, str, str, str], float]:
                 for r in csv.DictReader(f) if r["date"] == NEWEST and r["median_us"]}
 
 
+def unanchored(text: str) -> str:
+    """The report's Markdown without the ids its rows carry for links."""
+    return re.sub(r'<a id="[^"]*"></a>', "", text)
+
+
 def table_row(readme: str, *first_cells: str) -> list[str]:
     prefix = "| " + " | ".join(first_cells) + " |"
-    lines = [line for line in readme.splitlines() if line.startswith(prefix)]
+    lines = [line for line in unanchored(readme).splitlines() if line.startswith(prefix)]
     assert lines, f"no table row starting {prefix!r}"
     return [c.strip() for c in lines[0].strip().strip("|").split("|")]
 
@@ -187,9 +194,8 @@ class FakeHarness:
                 "python_call_us": 4.0}
 
 
-def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("tqdm", reason="the bench's progress bar comes with the gpu extra")
+def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     monkeypatch.delitem(sys.modules, "pycuda_heads.perf.peers_torch", raising=False)
     small = {"gate": ({"B": 3}, {"B": 20}, {"B": 64}), "frd": ({"B": 16}, {"B": 64})}
@@ -199,8 +205,14 @@ def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path,
                     commit="abc1234", cat=cat)
     assert [(op, shape) for op, shape, _ in b.plan()] == [
         ("gate", {"B": 3}), ("gate", {"B": 64}), ("frd", {"B": 16}), ("frd", {"B": 64})]
-    path = b.run()
+    with caplog.at_level(logging.INFO, "pycuda_heads"):
+        path = b.run()
     assert path == tmp_path / "fake-gpu" / "bench.csv"
+    # outside a terminal, a log line per case measured: the empty kernel, then each provider
+    steps = [r.getMessage() for r in caplog.records if r.name == "pycuda_heads.progress"]
+    assert len(steps) == 1 + 2 * 3 * 2 + 2 * 2
+    assert steps[0] == "bench: 1/17 case (empty_kernel)"
+    assert steps[-1] == "bench: 17/17 case (frd B=64 fwd+bwd default)"
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     # empty kernel + gate 2 shapes x 3 passes x 3 providers + frd 2 shapes x 1 pass x 3;
@@ -552,7 +564,7 @@ def test_torch_train_section_states_each_goal() -> None:
                  "provider": "torch_compile", "error": "RuntimeError: y"})
     section = tables.torch_train(data.train_results(rows))
     # frd first, then pool by size
-    order = [line.split("|")[1].strip() for line in section.splitlines()
+    order = [line.split("|")[1].strip() for line in unanchored(section).splitlines()
              if line.startswith("| frd") or line.startswith("| pool")]
     assert order[:3] == ["frd B=256", "pool B=2,K=8", "pool B=4096,K=256"]
     assert table_row(section, "pool B=4096,K=256")[1:7] == ["500", "480", "450", "4400", "900",
@@ -739,6 +751,12 @@ def test_report_twice_gives_the_same_bytes_and_leaves_its_data_alone(tmp_path) -
     mismatch = filecmp.dircmp(first, second)
     changed = [f for d in [mismatch, *mismatch.subdirs.values()] for f in d.diff_files]
     assert not changed, f"a second report differs in {changed}"
+    for readme in root.glob("*/README.md"):  # what ships is what the code makes of the data
+        made = (first / readme.relative_to(root)).read_text()
+        if importlib.util.find_spec("matplotlib") is not None:  # else a note replaces plots
+            assert made == readme.read_text(), f"{readme} is stale: run pycuda-heads report"
+        assert not [p for p in re.findall(r"(\d+(?:\.\d+)?)%", made) if float(p) > 100]
+        assert not [x for x in re.findall(r"(\d+(?:\.\d+)?)x faster", made) if float(x) < 1]
 
 
 def test_the_whole_training_step_table_and_its_goals():

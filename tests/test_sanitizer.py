@@ -1,6 +1,7 @@
 """CPU: `validate --sanitize` with a fake compute-sanitizer on the PATH: the command it is given,
 the parsing of its "ERROR SUMMARY" and the findings in the validation record."""
 import json
+import logging
 import os
 import stat
 import sys
@@ -64,7 +65,6 @@ def fake_gpu(monkeypatch):
     """A GPU named 'Fake GPU' with no tuned table, whose variants validate without running;
     returns the rendered-source hash per kernel that the fake records (edit it to 'change' a
     kernel)."""
-    pytest.importorskip("tqdm", reason="validation's progress bar comes with the gpu extra")
     from pycuda_heads.core import device, tuned
     monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
     monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
@@ -78,8 +78,14 @@ def fake_gpu(monkeypatch):
     return source_hash
 
 
-def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, fake_gpu, tmp_path):
-    record = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
+def test_findings_go_into_the_record_and_fail_the_variant(fake_sanitizer, fake_gpu, tmp_path,
+                                                          caplog):
+    with caplog.at_level(logging.INFO, "pycuda_heads"):
+        record = validation.write_record(tmp_path, ["reduce.axis0"], "abc", sanitizer=True)
+    # outside a terminal, each variant validated and each sanitized is a line of the log
+    assert [r.getMessage() for r in caplog.records if r.name == "pycuda_heads.progress"] == [
+        "validate: 1/1 variant (reduce.axis0 default)",
+        "sanitize: 1/1 variant (reduce.axis0 default)"]
     [variant] = record["variants"]
     assert variant["sanitizer"]["racecheck"]["errors"] == 2 and not variant["passed"]
     assert record["summary"]["sanitizer_findings"] == 3

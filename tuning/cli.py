@@ -132,7 +132,7 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
                    help="untimed batches before the timed ones")
     p.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
                    help="parallel static checks and compilations")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress: no bar on a terminal, no line per trial in a log")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -1,26 +1,37 @@
-"""Progress bars: trials (or configurations timed), best time so far, current candidate."""
+"""Progress of a task's trials (or configurations timed), best time so far, current candidate:
+a bar on a terminal, a log line per trial elsewhere."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping
 
 from tqdm.auto import tqdm
 
+from ..progress import on_terminal
+
+log = logging.getLogger("pycuda_heads.tuning")
+
 
 class Progress:
-    """A bar per phase of a task; ``enabled=False`` draws nothing (tests, logs)."""
+    """A bar per phase of a task; ``enabled=False`` shows nothing (tests)."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
 
     def bar(self, total: int | None, desc: str, unit: str = "trial") -> "Bar":
-        return Bar(tqdm(total=total, desc=desc, unit=unit, disable=not self.enabled,
-                        dynamic_ncols=True, leave=True))
+        drawn = self.enabled and on_terminal()
+        line = f"{desc}: {{}}/{'?' if total is None else total} {unit}"
+        return Bar(tqdm(total=total, desc=desc, unit=unit, disable=not drawn,
+                        dynamic_ncols=True, leave=True), line if self.enabled and not drawn
+                   else None)
 
 
 class Bar:
-    def __init__(self, bar: Any):
+    def __init__(self, bar: Any, line: str | None = None):
         self._bar = bar
+        self._line = line  # the log line of a step, where no bar is drawn
+        self._done = 0
         self._best: float | None = None
 
     def candidate(self, params: Mapping[str, Any]) -> None:
@@ -30,6 +41,10 @@ class Bar:
         self._best = best_us
         self._bar.update(1)
         self._show(None)
+        self._done += 1
+        if self._line is not None:
+            log.info("%s, best %s", self._line.format(self._done),
+                     "-" if best_us is None else f"{best_us:.2f} us")
 
     def _show(self, params: Mapping[str, Any] | None) -> None:
         best = "-" if self._best is None else f"{self._best:.2f}us"

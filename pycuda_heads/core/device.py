@@ -94,6 +94,23 @@ def checked(result: Any, what: str) -> Any:
     return value[0] if len(value) == 1 else value
 
 
+def driver_devices() -> int:
+    """The CUDA devices the NVIDIA driver sees, asked through libcuda without PyCUDA, so that a
+    machine is known to fit the GPU commands before PyCUDA is built for it."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise GpuUnavailableError("no NVIDIA driver (libcuda.so.1 not found)") from exc
+    count = ctypes.c_int(0)
+    status = lib.cuInit(0) or lib.cuDeviceGetCount(ctypes.byref(count))
+    if status or not count.value:
+        name = ctypes.c_char_p()
+        lib.cuGetErrorName(status, ctypes.byref(name))
+        raise GpuUnavailableError(f"no CUDA device ({(name.value or b'no device').decode()})")
+    return count.value
+
+
 def gpu_available() -> bool:
     try:
         cuda()

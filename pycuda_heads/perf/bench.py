@@ -37,6 +37,7 @@ from ..catalog import SUITE_TEMPLATE, BenchCase, Catalog, catalog
 from ..core import device
 from ..core.compile import recorded_launches
 from ..core.spec import KernelSpec
+from ..progress import Steps
 from . import timing
 
 log = logging.getLogger("pycuda_heads.bench")
@@ -218,38 +219,40 @@ class Bench:
         return LIBRARY + (PEERS if self.peers is not None else ())
 
     def run(self) -> Path:
-        from tqdm import tqdm
         if self.torch_error:
             log.warning("%s: the torch peers are not measured", self.torch_error)
         self.bandwidth = self.harness.copy_bandwidth_gbps()
         log.info("device copy bandwidth %.0f GB/s", self.bandwidth)
         plan = self.plan()
-        total = 1 + sum(len(cases) * len(self.providers()) for _, _, cases in plan)
-        with tqdm(total=total, desc="bench", unit="case", mininterval=1.0) as bar:
+        from . import torch_train
+        train = TORCH_TRAIN in self.ops and self.peers is not None
+        if TORCH_TRAIN in self.ops and not train:
+            log.warning("torch_train: not measured, torch is not importable here")
+        total = (1 + sum(len(cases) * len(self.providers()) for _, _, cases in plan)
+                 + (STEP in self.ops) + (TRAIN_STEP in self.ops)
+                 + train * sum(map(len, torch_train.SHAPES.values())))
+        torch = self.peers.torch if self.peers is not None else None
+        with Steps(total, "bench", "case") as steps:
             empty = self._measure(self.harness.empty_launch(), "empty kernel")
             empty_row = self._row(records.EMPTY_KERNEL, "-", "-", records.EMPTY_KERNEL, empty)
             append_rows(self.path, [empty_row])
-            bar.update()
+            steps.step(records.EMPTY_KERNEL)
             for op, shape, cases in plan:
-                bar.set_postfix_str(f"{op} {records.dims_label(shape)}")
-                append_rows(self.path, self._shape_rows(op, shape, cases, bar))
-        if STEP in self.ops:
-            from . import step_bench
-            torch = self.peers.torch if self.peers is not None else None
-            append_rows(self.path, step_bench.rows(self._row, torch, log.warning))
-        if TRAIN_STEP in self.ops:
-            from . import train_bench
-            torch = self.peers.torch if self.peers is not None else None
-            append_rows(self.path, train_bench.rows(self._row, torch, self.bandwidth,
-                                                    int(self.base.get("l2_cache_bytes") or 0),
-                                                    log.warning, self.reps))
-        if TORCH_TRAIN in self.ops:
-            if self.peers is None:
-                log.warning("torch_train: not measured, torch is not importable here")
-            else:
-                from . import torch_train
+                append_rows(self.path, self._shape_rows(op, shape, cases, steps))
+            if STEP in self.ops:
+                from . import step_bench
+                append_rows(self.path, step_bench.rows(self._row, torch, log.warning))
+                steps.step(STEP)
+            if TRAIN_STEP in self.ops:
+                from . import train_bench
+                append_rows(self.path, train_bench.rows(
+                    self._row, torch, self.bandwidth, int(self.base.get("l2_cache_bytes") or 0),
+                    log.warning, self.reps))
+                steps.step(TRAIN_STEP)
+            if train:
                 for rows in torch_train.rows(self._row, self.peers.torch, log.warning):
                     append_rows(self.path, rows)
+                    steps.step(f"{TORCH_TRAIN} {rows[0]['shape']}")
         return self.path
 
     def _row(self, op: str, shape: str, pass_: str, provider: str,
@@ -298,7 +301,7 @@ class Bench:
         return calls
 
     def _shape_rows(self, op: str, shape: Mapping[str, int], cases: Sequence[BenchCase],
-                    bar: Any) -> list[dict[str, Any]]:
+                    steps: Steps) -> list[dict[str, Any]]:
         label = records.dims_label(cases[0].label_dims)
         x = self.catalog.family_inputs(op, cases[0].template, shape)
         x_lib = self.harness.upload(x)
@@ -330,7 +333,7 @@ class Bench:
                     elif provider in PEERS and reference is not None and "error" not in result:
                         extra["max_rel_err"] = self._check(reference, fn)
                 rows.append(self._row(op, label, case.pass_, provider, result, **extra))
-                bar.update()
+                steps.step(f"{op} {label} {case.pass_} {provider}")
         return rows
 
     def _bare_launch_us(self, fn: Callable[[], Any]) -> float | None:

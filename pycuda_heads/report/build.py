@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .. import records
+from ..progress import Steps
 from . import data as report_data
 from . import plots as report_plots
 from . import tables as report_tables
@@ -32,12 +33,15 @@ def build(gpu_dir: Path) -> Path:
     if cases:
         parts.append("## Results per op\n")
     written: set[str] = set()
+    smoke_file = gpu_dir / records.SMOKE_JSON
+    steps = Steps(2 * len(report_data.ops(cases)) + len(data.tuning) + smoke_file.is_file(),
+                  f"report {data.slug}", "plot")
     for op in report_data.ops(cases):
         mine = [c for c in cases if c.op == op]
         plots = [name for name, draw in (
             (f"{op}_time.png", lambda p: report_plots.op_times(op, data.gpu, mine, empty_us, p)),
             (f"{op}_floor.png", lambda p: report_plots.op_floor(op, data.gpu, mine, p)))
-            if draw(gpu_dir / name)]
+            if _drawn(draw(gpu_dir / name), steps, name)]
         written.update(plots)
         parts.append(report_tables.op_section(op, mine, plots))
     parts.append(report_tables.step(report_data.step_results(data.bench)))
@@ -45,23 +49,24 @@ def build(gpu_dir: Path) -> Path:
     parts.append(report_tables.torch_train(report_data.train_results(data.bench)))
     parts.append(report_tables.sweep(data.runs))
     parts.append(report_tables.worker_runs(data.runs))
-    tuning_plots = _tuning_plots(data)
+    tuning_plots = _tuning_plots(data, steps)
     written.update(tuning_plots.values())
     parts.append(report_tables.tuning(data, tuning_plots))
     parts.append(report_tables.efficiency(data))
     parts.append(report_tables.validation(data))
-    smoke_file = gpu_dir / records.SMOKE_JSON
     if smoke_file.is_file():
         try:
             result = records.read_json(smoke_file, "smoke training record")
             if not isinstance(result, dict):
                 raise ValueError(f"{smoke_file.name} is not an object")
             plot = "smoke_loss.png"
-            drawn = report_plots.smoke_losses(result, data.gpu, gpu_dir / plot)
+            drawn = _drawn(report_plots.smoke_losses(result, data.gpu, gpu_dir / plot), steps,
+                           plot)
             written.update([plot] if drawn else [])
             parts.append(report_tables.smoke(result, plot if drawn else None))
         except ValueError as exc:
             parts.append(f"Smoke training record unreadable: {exc}\n")
+    steps.close()
     phase_file = gpu_dir / records.PHASES_JSON
     if phase_file.is_file():
         try:
@@ -80,7 +85,12 @@ def build(gpu_dir: Path) -> Path:
     return path
 
 
-def _tuning_plots(data: report_data.ReportData) -> dict[str, str]:
+def _drawn(drawn: bool, steps: Steps, name: str) -> bool:
+    steps.step(name)  # plots are where a report's time goes
+    return drawn
+
+
+def _tuning_plots(data: report_data.ReportData, steps: Steps) -> dict[str, str]:
     """cache file -> plot file, drawn into the GPU folder."""
     exhaustive = {(e.get("kernel"), _key(e.get("shape"))): e.get("exhaustive_best_us")
                   for e in data.efficiency or ()}
@@ -88,7 +98,7 @@ def _tuning_plots(data: report_data.ReportData) -> dict[str, str]:
     for cache in data.tuning:
         name = f"tuning_{records.slug(Path(cache['file']).stem)}.png"
         best = exhaustive.get((cache["kernel"], _key(cache.get("shape"))))
-        if report_plots.tuning(cache, data.gpu, best, data.gpu_dir / name):
+        if _drawn(report_plots.tuning(cache, data.gpu, best, data.gpu_dir / name), steps, name):
             plots[cache["file"]] = name
     return plots
 

@@ -5,7 +5,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP, TORCH_TRAIN_OP, TRAIN_STEP_OP
+from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP, TORCH_TRAIN_OP, TRAIN_STEP_OP, slug
 from .data import (
     CHANGE_BAND,
     COMPILE_GOAL,
@@ -75,6 +75,16 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def anchor(*key: str) -> str:
+    """The id a row carries, so a page can link the row its numbers come from: an op's case
+    ``anchor(op, shape, pass)``, a step's ``anchor("step", shape)``."""
+    return slug(" ".join(key))
+
+
+def _anchored(text: str, *key: str) -> str:
+    return f'<a id="{anchor(*key)}"></a>{text}'
 
 
 def _ran_default(case: BenchResult) -> bool:
@@ -315,7 +325,7 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
                   if c.time("tuned") is not None else "–")
         calls = " / ".join(us(v) for v in (c.call_us("tuned"), row.get("bare_launch_us"),
                                             c.call_us("torch_eager"), c.call_us("torch_compile")))
-        rows.append((c.shape, c.pass_, tuned, spread, _time_cell(c, "default"),
+        rows.append((_anchored(c.shape, op, c.shape, c.pass_), c.pass_, tuned, spread, _time_cell(c, "default"),
                      _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
                      us(c.time("floor")), floor_cell(c),
                      speedup(c.over_tuned("torch_eager")), speedup(c.over_tuned("torch_compile")),
@@ -362,7 +372,7 @@ def step(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     for shape, by in results.items():
         case = BenchResult(STEP_OP, shape, FWD_BWD, by)
         cells = ["failed" if case.error(p) else us(case.time(p)) for p in STEP_PROVIDERS]
-        rows.append((shape, *cells, *(speedup(_over_graph(case, p))
+        rows.append((_anchored(shape, STEP_OP, shape), *cells, *(speedup(_over_graph(case, p))
                                       for p in ("torch_eager", "torch_compile_ro"))))
         for (goal_shape, peer), goal in STEP_GOALS.items():
             if goal_shape == shape:
@@ -449,8 +459,9 @@ def torch_train(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     rows, goals = [], []
     for shape, by in results.items():
         case = BenchResult(TORCH_TRAIN_OP, shape, FWD_BWD, by)
-        rows.append((shape, *("failed" if case.error(p) else us(case.time(p))
-                              for p in TRAIN_PROVIDERS)))
+        rows.append((_anchored(shape, TORCH_TRAIN_OP, shape),
+                     *("failed" if case.error(p) else us(case.time(p))
+                       for p in TRAIN_PROVIDERS)))
         for mine, peer, goal, where in TRAIN_GOALS:
             if where not in (None, shape):
                 continue

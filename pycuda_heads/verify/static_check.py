@@ -24,8 +24,10 @@ from typing import Any, Mapping
 from .. import records
 from ..catalog import SUITE_TEMPLATE, Catalog, catalog
 from ..core.compile import NVCC_OPTIONS
+from ..core.device import GpuUnavailableError, driver_devices
 from ..core.source import render, variant_hash
 from ..core.spec import KernelSpec
+from ..progress import Steps
 
 DEFAULT_ARCHS = ("sm_90", "sm_80", "sm_86", "sm_89")
 # atom.* and red.* (also multimem.red, cp.reduce.async.bulk): anything that lets two writers merge.
@@ -205,19 +207,25 @@ def jobs(cat: Catalog, everything: bool, archs: tuple[str, ...]) -> list[Job]:
 
 
 def run_checks(todo: list[Job], workers: int = 4) -> list[StaticReport]:
-    """Every job's report, in order; a progress bar on stderr when tqdm is installed (``check
-    --all`` compiles thousands of variants)."""
-    with ThreadPoolExecutor(workers) as pool:  # nvcc runs as subprocesses
-        done = pool.map(lambda j: check_kernel(*j), todo)
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            return list(done)
-        return list(tqdm(done, total=len(todo), desc="check", unit="variant", mininterval=1.0,
-                         disable=len(todo) < 50))
+    """Every job's report, in order, with its progress (``check --all`` compiles thousands of
+    variants)."""
+    out = []  # threads: nvcc runs as subprocesses
+    with ThreadPoolExecutor(workers) as pool, Steps(len(todo), "check", "variant") as steps:
+        for (spec, _, arch), report in zip(todo, pool.map(lambda j: check_kernel(*j), todo)):
+            out.append(report)
+            steps.step(f"{spec.id} {arch}")
+    return out
 
 
 def _cli(args: argparse.Namespace) -> int:
+    if args.device:
+        try:
+            print(f"{driver_devices()} CUDA device(s)")
+        except GpuUnavailableError as exc:
+            print(f"pycuda-heads check: no GPU to run on, {exc}: the GPU commands need an "
+                  "NVIDIA GPU with its driver, and PyCUDA's build the CUDA toolkit",
+                  file=sys.stderr)
+            return 2
     try:
         nvcc_version()
     except NvccUnavailableError as exc:
@@ -264,4 +272,7 @@ def register(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="also every point of every search space")
     p.add_argument("--jobs", type=_positive, default=4, help="parallel nvcc processes")
     p.add_argument("--verbose-ok", action="store_true", help="list passing space points too")
+    p.add_argument("--device", action="store_true",
+                   help="first check that this machine has a CUDA GPU for the GPU commands "
+                        "(through the driver: PyCUDA need not be installed)")
     p.set_defaults(func=_cli)

@@ -36,6 +36,7 @@ from ..catalog import SUITE_TEMPLATE, Catalog, catalog
 from ..core.op import op_source_hash
 from ..core.source import render, variant_hash
 from ..core.spec import KernelSpec
+from ..progress import Steps
 
 Shapes = list[tuple[dict[str, int], dict[str, int]]]
 
@@ -249,23 +250,28 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
     from ..core.device import gpu_name, gpu_slug
     from ..core.tuned import load_table
     slug = gpu_slug()  # no GPU: the one-line GpuUnavailableError before anything else
-    from tqdm import tqdm
     cat = catalog()
     wanted = selected(cat, kernels)
     todo = [v for v in variants_to_check(cat, load_table(slug)) if v[0].id in wanted]
     path = out_dir / slug / records.VALIDATION_JSON
     started = time.perf_counter()
-    variants = [variant_record(spec, params, source, shapes, template)
-                for spec, params, source, shapes, template
-                in tqdm(todo, desc="validate", unit="variant")]
+    variants = []
+    with Steps(len(todo), "validate", "variant") as steps:
+        for spec, params, source, shapes, template in todo:
+            variants.append(variant_record(spec, params, source, shapes, template))
+            steps.step(f"{spec.id} {source}")
     if sanitizer:
         # a variant whose source and launch code are unchanged keeps its clean findings
         clean = _clean_sanitizer_runs(path)
         keys = [_sanitizer_key(v, *sanitizer_shape(t[3])) for t, v in zip(todo, variants)]
         fresh = [(i, t) for i, t in enumerate(todo) if keys[i] not in clean]
-        with ThreadPoolExecutor(SANITIZER_JOBS) as pool:
-            found = list(tqdm(pool.map(lambda it: sanitize(it[1][0], it[1][1], it[1][3]), fresh),
-                              total=len(fresh), desc="sanitize", unit="variant"))
+        found = []
+        with ThreadPoolExecutor(SANITIZER_JOBS) as pool, \
+                Steps(len(fresh), "sanitize", "variant") as steps:
+            for (_, (spec, _, source, *_)), result in zip(
+                    fresh, pool.map(lambda it: sanitize(it[1][0], it[1][1], it[1][3]), fresh)):
+                found.append(result)
+                steps.step(f"{spec.id} {source}")
         results = dict(zip((i for i, _ in fresh), found))
         for i, variant in enumerate(variants):
             variant["sanitizer"] = results[i] if i in results else clean[keys[i]]
