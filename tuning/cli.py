@@ -108,6 +108,9 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--trials", type=_positive, default=30,
                    help="trials per study (tpe; default 30)")
     p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--sampler", default="tpe",
+                   help="how TPE mode proposes points: tpe (default), random, tpe-valid, "
+                        "tpe-multivariate or mixed (docs/tuning.md compares them)")
     p.add_argument("--try", dest="tries", type=_point, action="append", default=[],
                    metavar="JSON",
                    help="a partial point to try first, e.g. '{\"STAGES\": 3}' (repeatable): "
@@ -241,6 +244,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     from .locks import Locked
     from .objective import GpuContext, GpuEvaluator
     from .progress import Budget, Progress
+    from .samplers import check_sampler
     from .session import EvaluatorBroken
     from .spaces import TuningTask
     from .storage import check_storage
@@ -251,6 +255,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     started = time.time()
     try:  # everything the user typed is checked before any GPU work
         check_storage(args.storage)
+        check_sampler(args.sampler)
         _writable(Path(args.out))
         _check_tries(args.tries, [k for k, _, _ in specs])
     except (ValueError, OSError) as exc:
@@ -284,7 +289,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
             storage=args.storage, budget=Budget(args.time_budget),
             progress=Progress(enabled=not args.no_progress),
             warm=lambda items: gpu.precompile(items, args.jobs), workers=args.jobs,
-            run=WorkerRun.current(_command()))
+            run=WorkerRun.current(_command()), sampler=args.sampler)
     except EvaluatorBroken as exc:
         print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "
               "command to resume", file=sys.stderr)

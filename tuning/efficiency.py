@@ -27,7 +27,8 @@ from .session import Session
 from .spaces import TuningTask, all_points, point_key
 from .export import read_cache
 from .storage import cache_files, tuning_dir
-from .study import make_sampler, run_tpe
+from .samplers import make
+from .study import run_tpe
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -39,7 +40,7 @@ def trials_to_within(task: TuningTask, replay: Replay, target_us: float, seed: i
     cache = TuningCache(task)  # in memory: the replay must not touch the real record
     session = Session(task, replay, replay, cache)
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
-                                sampler=make_sampler(seed))
+                                sampler=make("tpe", task, seed))
 
     def reached() -> bool:
         best = cache.best()
