@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
@@ -20,23 +21,52 @@ from pycuda_heads.core.space import Point
 
 from .spaces import STARTUP_TRIALS, TuningTask, distributions, point_key, suggest
 
-#: redraws of a proposal that breaks a restriction before the nearest valid point is taken
-MAX_REDRAWS = 100
+#: redraws of a proposal that breaks a restriction before the closest valid point is taken
+MAX_REDRAWS = 3
+
+
+def valid_points(task: TuningTask) -> list[Point]:
+    """The task's points that pass its restrictions and launch restrictions, in the space's
+    order."""
+    return list(_valid(task)[0])
+
+
+_VALID: dict[tuple[str, str], tuple[list[Point], np.ndarray]] = {}
+
+
+def _valid(task: TuningTask) -> tuple[list[Point], np.ndarray]:
+    """The valid points, and each one's knob values as indices into the space's value lists
+    (the walk of a pool space takes seconds: once per task and process)."""
+    key = (task.name, point_key(task.launch_env))
+    if key not in _VALID:
+        space = task.space
+        points = space.points(task.template, task.launch_env)
+        index = {k: {v: i for i, v in enumerate(vs)} for k, vs in space.params.items()}
+        _VALID[key] = points, np.array([[index[k][p[k]] for k in space.params] for p in points])
+    return _VALID[key]
+
+
+def closest(task: TuningTask, point: Point, rng: random.Random) -> Point:
+    """A valid point sharing most knob values with ``point`` (ties drawn with ``rng``)."""
+    points, matrix = _valid(task)
+    want = np.array([list(vs).index(point[k]) for k, vs in task.space.params.items()])
+    shared = (matrix == want).sum(axis=1)
+    return dict(points[rng.choice(np.flatnonzero(shared == shared.max()).tolist())])
 
 
 class ValidPoints(BaseSampler):
     """Uniform over the task's valid points (restrictions and launch restrictions), never one
     the study holds already; the order is fixed by the seed, so the draw is reproducible."""
 
-    def __init__(self, task: TuningTask, seed: int):
+    def __init__(self, task: TuningTask, seed: int, salt: str = ""):
         self._task = task
-        self._seed = seed
+        self._seed = f"{seed}:{task.name}{salt}"
         self._order: list[Point] | None = None
 
     def order(self) -> list[Point]:
         if self._order is None:
-            self._order = self._task.space.points(self._task.template, self._task.launch_env)
-            random.Random(f"{self._seed}:{self._task.name}").shuffle(self._order)
+            self._order = valid_points(self._task)
+            random.Random(self._seed).shuffle(self._order)
         return self._order
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial
@@ -60,7 +90,7 @@ class Alternating(BaseSampler):
 
     def __init__(self, task: TuningTask, seed: int):
         self._tpe = TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
-        self._random = ValidPoints(task, seed)
+        self._random = ValidPoints(task, seed, salt=":mixed")  # not random's draw
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
@@ -98,19 +128,18 @@ class SamplerSpec:
     startup: bool = True
 
 
-def _tpe(**kw: Any) -> Callable[[TuningTask, int], BaseSampler]:
-    return lambda task, seed: TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS, **kw)
+def _tpe(task: TuningTask, seed: int) -> BaseSampler:
+    return TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
 
 
 SAMPLERS = {s.name: s for s in (
-    SamplerSpec("tpe", "TPE over each knob independently after the startup points; a proposal "
-                "breaking a restriction is a pruned trial that TPE learns from", _tpe(), False),
+    SamplerSpec("tpe", "Optuna's TPE (knobs modelled jointly) after the startup points; a "
+                "proposal breaking a restriction is a pruned trial that TPE learns from",
+                _tpe, False),
     SamplerSpec("random", "uniform over the valid points, none twice, after the baseline",
                 ValidPoints, True, startup=False),
     SamplerSpec("tpe-valid", "as tpe, but a proposal breaking a restriction is redrawn and "
-                "costs no trial", _tpe(), True),
-    SamplerSpec("tpe-multivariate", "as tpe-valid, with TPE modelling the knobs jointly "
-                "(the layouts' knobs interact)", _tpe(multivariate=True), True),
+                "costs no trial", _tpe, True),
     SamplerSpec("mixed", "the reference search: tpe-valid with every other trial a uniform "
                 "valid point", Alternating, True),
 )}
@@ -131,7 +160,8 @@ def make(name: str, task: TuningTask, seed: int) -> BaseSampler:
 def ask(study: optuna.Study, task: TuningTask, name: str) -> tuple[optuna.Trial, Point]:
     """The study's next trial and its point. For a ``valid_only`` sampler a proposal that
     breaks a restriction is told FAIL (no finished trial, nothing learnt) and drawn again; after
-    MAX_REDRAWS the valid point sharing most knob values with the last one is taken."""
+    MAX_REDRAWS a valid point sharing most knob values with the last one is taken (``closest``,
+    ties drawn with the study's trial count as seed, so a replay draws the same)."""
     point: Point = {}
     for _ in range(MAX_REDRAWS if SAMPLERS[name].valid_only else 1):
         trial = study.ask()
@@ -140,6 +170,6 @@ def ask(study: optuna.Study, task: TuningTask, name: str) -> tuple[optuna.Trial,
                 point, task.template, task.launch_env) is None:
             return trial, point
         study.tell(trial, state=TrialState.FAIL)
-    study.enqueue_trial(task.space.nearest(point, task.template, task.launch_env))
+    study.enqueue_trial(closest(task, point, random.Random(len(study.trials))))
     trial = study.ask()
     return trial, suggest(trial, task.space)
