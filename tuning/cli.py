@@ -61,8 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "into quality.json (docs/tuning.md)")
     p.add_argument("--task", dest="tasks", action="append", default=[],
                    metavar="KERNEL:SHAPE[:TEMPLATE]",
-                   help="a task to measure or replay, e.g. 'pool.forward:B=512,K=64:N_HORIZONS=32' "
-                        "(repeatable; default: the four tasks of docs/tuning.md)")
+                   help="a task to measure or replay, e.g. "
+                        "'pool.forward:B=512,K=64:N_HORIZONS=32' (repeatable; default: the four tasks of docs/tuning.md)")
     p.add_argument("--samplers", default=None,
                    help="comma-separated samplers whose searches are measured (default "
                         "tpe,random) or replayed (default: all)")
