@@ -192,7 +192,7 @@ def test_a_corrupt_quality_record_is_named(tmp_path):
 
 @pytest.mark.parametrize("name", ["random", "tpe-valid", "mixed"])
 def test_a_valid_only_sampler_spends_no_trial_on_a_point_its_restrictions_refuse(name):
-    task = TuningTask.from_spec(catalog()["pool.forward"], {"B": 4096, "K": 256}, "G", "g")
+    task = TuningTask.from_spec(catalog()["pool.backward"], {"B": 4096, "K": 256}, "G", "g")
     chain = Chain(task, name, 0, 16)
     chain.advance(lambda p: quality_eval(task, p))
     assert len(chain.points) == 16
@@ -215,7 +215,7 @@ def quality_eval(task, p):
     if task.space.violated(p, task.template, task.launch_env) is not None:
         return Evaluation(p, INFEASIBLE, reason="restriction")
     return Evaluation(p, COMPLETE, time_us=100 + 10 * abs(math.log2(p["BLOCK"] / 128))
-                      + 5 * p["LAYOUT"] + p["STAGES"], validated=True)
+                      + 5 * p["LAYOUT"] + p["STAGES"], validated=True)  # knobs of both pools
 
 
 def test_the_shipped_quality_record_chose_the_tuners_sampler():
@@ -232,3 +232,48 @@ def test_records_live_beside_the_caches_but_are_not_caches(tmp_path):
     assert path.parent == tuning_dir(tmp_path, task.slug) / REFERENCE_DIR
     assert path.name == f"{task.name}.json"
     assert TOY.kernel == task.kernel
+
+
+def test_measure_command_with_the_gpu_parts_replaced(tmp_path, monkeypatch, capsys):
+    """`efficiency --measure` end to end on a fake GPU: a time budget stops it (exit 3), the
+    same command resumes; quality.json gets the task; no tuning cache is touched unless
+    --adopt, which replaces the op's point where the reference best is more than 3% faster."""
+    from pycuda_heads.cli import main
+    from pycuda_heads.tuning import constraints, objective
+    fake = objective.GpuContext("Fake H200", "fake-h200", "sm_90", 227 * 1024)
+    monkeypatch.setattr(objective.GpuContext, "current", classmethod(lambda cls: fake))
+    compiled = []
+    monkeypatch.setattr(objective.GpuContext, "precompile",
+                        lambda self, items, workers: compiled.extend(items))
+    monkeypatch.setattr(constraints, "spec_static", lambda task, arch: lambda p: None)
+    task = TuningTask.from_spec(catalog()["frdhead.grad_w2"], {"B": 65536}, "Fake H200",
+                                "fake-h200")
+    baseline = dict(task.baseline)
+
+    class FakeGpuEvaluator(Comparing):
+        def __init__(self, task, reps, warmup):
+            super().__init__(fail=(), time_fn=lambda p: 20.0 if p == baseline
+                             else 5 + sum(p.values()) % 7)
+
+    monkeypatch.setattr(objective, "GpuEvaluator", FakeGpuEvaluator)
+    clock = iter(range(1000))
+    argv = ["efficiency", "--measure", "--task", "frdhead.grad_w2:B=65536", "--seeds", "2",
+            "--out", str(tmp_path), "--no-progress"]
+    from pycuda_heads.tuning import progress
+    monkeypatch.setattr(progress.Budget, "expired", lambda self: next(clock) > 4)
+    assert main(argv + ["--time-budget", "1"]) == 3
+    assert "unfinished: frdhead.grad_w2 B=65536" in capsys.readouterr().out
+    monkeypatch.setattr(progress.Budget, "expired", lambda self: False)
+    assert main(argv) == 0
+    tdir = tuning_dir(tmp_path, "fake-h200")
+    [entry] = json.loads((tdir / QUALITY_JSON).read_text())["tasks"]
+    assert entry["exhaustive"] and entry["n_timed"] == len(all_points(task))
+    assert entry["samplers"]["tpe"]["complete"] == [2, 2, 2, 2]
+    assert entry["verdict"]["speedup"] > 1.03 and not list(tdir.glob("frdhead*.json"))
+    assert compiled  # the points were compiled ahead, in parallel
+    assert main(argv + ["--adopt"]) == 0
+    assert "adopted" in capsys.readouterr().out
+    [cache] = tdir.glob("frdhead*.json")
+    data = json.loads(cache.read_text())
+    assert data["best"]["params"] == entry["reference"]["params"]
+    assert data["comparison"]["default_params"] == baseline
