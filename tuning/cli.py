@@ -556,9 +556,10 @@ def _measure(args: argparse.Namespace, specs: list, samplers: list[str]) -> int:
         except ValueError as exc:  # a record that no longer replays names itself
             print(f"pycuda-heads efficiency: {exc}", file=sys.stderr)
             return 2
-        if not done:
+        if not done:  # its curves are drawn once it is (or on the CPU: efficiency --replace)
             unfinished.append(task.label())
-        elif args.adopt and replaceable(record.verdict, args.within):
+            continue
+        if args.adopt and replaceable(record.verdict, args.within):
             print(f"{task.label()}: {adopt(task, evaluator, record, args.out)}")
         entry = curves(task, record, samplers, range(args.seeds), args.within)
         if entry is not None:
