@@ -82,7 +82,8 @@ def remaining(study: optuna.Study, mode: str, trials: int, task: TuningTask) -> 
 
 def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, budget: Budget,
             progress: Progress, turn: Turn = nullcontext,
-            stop: Callable[[], bool] | None = None, sampler: str = DEFAULT_SAMPLER) -> int:
+            stop: Callable[[], bool] | None = None, sampler: str = DEFAULT_SAMPLER,
+            fresh: bool = False) -> int:
     """Run the study up to ``trials`` finished trials in all, resuming from what it already
     holds and sharing it with any other worker. Returns the number of trials run now.
 
@@ -90,11 +91,12 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
     table entry is compared with it (a kill during its trial must not leave it untimed). A
     study that reached ``trials`` without it (tuned against another baseline) runs one more.
     The random startup trials of a new study are the task's ``startup_points`` (the ones a
-    sweep compiles ahead), queued with the baseline, unless ``sampler`` draws its own. The
-    study's sampler is ``sampler``'s (``samplers.make``)."""
+    sweep compiles ahead), queued with the baseline, unless ``sampler`` draws its own; ``fresh``
+    leaves the shipped point out of them (a replay measuring the search). The study's sampler
+    is ``sampler``'s (``samplers.make``)."""
     task = session.task
     ran = 0
-    startup = startup_points(task, trials, seed) if SAMPLERS[sampler].startup \
+    startup = startup_points(task, trials, seed, fresh) if SAMPLERS[sampler].startup \
         else [dict(task.baseline)]
     # a run killed between a tell and its cache save left the history short: rebuild it now,
     # since a finished study runs no trial that would
