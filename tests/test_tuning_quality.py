@@ -277,3 +277,21 @@ def test_measure_command_with_the_gpu_parts_replaced(tmp_path, monkeypatch, caps
     data = json.loads(cache.read_text())
     assert data["best"]["params"] == entry["reference"]["params"]
     assert data["comparison"]["default_params"] == baseline
+
+
+def test_the_exhaustive_replay_is_not_handed_the_shipped_point(monkeypatch):
+    """efficiency.json's replay starts as a search without a table would: its first trials
+    never include the shipped point (which made the replay circular)."""
+    from pycuda_heads.tuning import efficiency, study
+    from pycuda_heads.tuning.cache import COMPLETE, Evaluation
+    startups = []
+    real = study.startup_points
+    monkeypatch.setattr(study, "startup_points",
+                        lambda *a: startups.append(real(*a)) or startups[-1])
+    task = task_with_table()
+    replay = efficiency.Replay([Evaluation(p, COMPLETE, time_us=toy_time(p), p20_us=toy_time(p),
+                                           p80_us=toy_time(p), validated=True)
+                                for p in all_points(task)])
+    efficiency.trials_to_within(task, replay, 0.0, seed=0, max_trials=12)  # never reached
+    assert startups and all(SHIPPED not in s for s in startups)
+    assert SHIPPED in startup_points(task, 12, 0)  # a tuner's study does start from it
