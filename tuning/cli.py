@@ -465,6 +465,7 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     slugs = _gpus(args, known)
     if not slugs:
         return 2
+    from .progress import Progress
     from .quality import replay_all
     for slug in slugs:
         try:
@@ -472,7 +473,8 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
                                   replace=args.replace)
             print(f"wrote {path}")
             path = replay_all(args.out, slug, specs, samplers, range(args.seeds), args.within,
-                              replace=args.replace)
+                              replace=args.replace,
+                              progress=Progress(enabled=not args.no_progress))
         except ValueError as exc:  # a corrupt cache names its file, as in export
             print(exc, file=sys.stderr)
             return 2
@@ -561,7 +563,7 @@ def _measure(args: argparse.Namespace, specs: list, samplers: list[str]) -> int:
             continue
         if args.adopt and replaceable(record.verdict, args.within):
             print(f"{task.label()}: {adopt(task, evaluator, record, args.out)}")
-        entry = curves(task, record, samplers, range(args.seeds), args.within)
+        entry = curves(task, record, samplers, range(args.seeds), args.within, progress)
         if entry is not None:
             entries.append(entry)
             print(f"{task.label():40s} reference {entry['reference']['time_us']:.2f} us "

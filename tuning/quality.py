@@ -36,7 +36,7 @@ from pycuda_heads.catalog import SUITE_TEMPLATE
 from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
 
 from .cache import P_VALUE, Evaluation, TuningCache
-from .progress import Budget, Progress
+from .progress import Bar, Budget, Progress
 from .samplers import SAMPLERS, ask, make
 from .session import Evaluator, Session
 from .spaces import TuningTask, all_points, point_key, startup_points
@@ -257,32 +257,17 @@ def adopt(task: TuningTask, evaluator: Evaluator, record: Record, out: Path) -> 
 
 
 def curves(task: TuningTask, record: Record, samplers: Sequence[str], seeds: Sequence[int],
-           within: float) -> dict[str, Any] | None:
+           within: float, progress: Progress | None = None) -> dict[str, Any] | None:
     """The task's entry of quality.json from its record; None without a validated best."""
     best = record.best()
     if best is None:
         return None
     running = record.get(running_point(task))
     out: dict[str, Any] = {}
-    for sampler in samplers:
-        rows, pending = [], set()
-        for seed in seeds:
-            chain = Chain(task, sampler, seed, max(BUDGETS))
-            stop = chain.advance(record.get)
-            if stop is not None:
-                pending.add(point_key(stop))
-            times = [record.get(p) for p in chain.points]
-            rows.append([_best_of(times[:b]) if len(times) >= b else None for b in BUDGETS])
-        percent = [[None if t is None else round(100 * best.time_us / t, 2) for t in row]
-                   for row in rows]
-        out[sampler] = {
-            "best_us": rows, "percent": percent,
-            "complete": [sum(row[i] is not None for row in rows) for i in range(len(BUDGETS))],
-            "within": [sum(p is not None and p >= 100 / (1 + within) for p in col)
-                       for col in zip(*percent)],
-            "median_percent": [_median([p for p in col if p is not None])
-                               for col in zip(*percent)],
-            "pending": len(pending)}
+    with (progress or Progress(enabled=False)).bar(len(samplers) * len(seeds),
+                                                   f"{task.label()} replay", unit="search") as bar:
+        for sampler in samplers:
+            out[sampler] = _curve(task, record, sampler, seeds, best.time_us, within, bar)
     n_points = len(all_points(task))
     return {"kernel": task.kernel, "template": dict(task.template), "shape": dict(task.shape),
             "source_hash": task.source_hash, "n_points": n_points,
@@ -295,6 +280,29 @@ def curves(task: TuningTask, record: Record, samplers: Sequence[str], seeds: Seq
                         if running is not None and running.counts else None},
             "verdict": record.verdict, "budgets": list(BUDGETS), "seeds": list(seeds),
             "within": within, "samplers": out}
+
+
+def _curve(task: TuningTask, record: Record, sampler: str, seeds: Sequence[int],
+           reference_us: float, within: float, bar: Bar) -> dict[str, Any]:
+    """One sampler's curves: each seed's search replayed over the record."""
+    rows, pending = [], set()
+    for seed in seeds:
+        chain = Chain(task, sampler, seed, max(BUDGETS))
+        stop = chain.advance(record.get)
+        bar.done(None)
+        if stop is not None:
+            pending.add(point_key(stop))
+        times = [record.get(p) for p in chain.points]
+        rows.append([_best_of(times[:b]) if len(times) >= b else None for b in BUDGETS])
+    percent = [[None if t is None else round(100 * reference_us / t, 2) for t in row]
+               for row in rows]
+    return {"best_us": rows, "percent": percent,
+            "complete": [sum(row[i] is not None for row in rows) for i in range(len(BUDGETS))],
+            "within": [sum(t is not None and t <= reference_us * (1 + within) for t in col)
+                       for col in zip(*rows)],
+            "median_percent": [_median([p for p in col if p is not None])
+                               for col in zip(*percent)],
+            "pending": len(pending)}
 
 
 def _best_of(evaluations: list[Evaluation | None]) -> float | None:
@@ -346,7 +354,7 @@ def _key(entry: Mapping[str, Any]) -> tuple[str, str, str]:
 
 def replay_all(reports: Path, slug: str, specs: Sequence[tuple[str, dict, dict | None]],
                samplers: Sequence[str] | None, seeds: Sequence[int], within: float,
-               replace: bool = False) -> Path | None:
+               replace: bool = False, progress: Progress | None = None) -> Path | None:
     """Draw the curves of the GPU's reference records (those of ``specs`` when given) into
     its quality.json, on the CPU. Tasks it already holds are kept unless ``replace``; a
     record of other kernel sources than the installed ones is skipped. None: no record."""
@@ -375,7 +383,7 @@ def replay_all(reports: Path, slug: str, specs: Sequence[tuple[str, dict, dict |
             continue
         record = Record(task)
         record.fill(data)
-        entry = curves(task, record, samplers or list(SAMPLERS), seeds, within)
+        entry = curves(task, record, samplers or list(SAMPLERS), seeds, within, progress)
         if entry is not None:
             entries.append(entry)
     if not entries and not path.is_file():
