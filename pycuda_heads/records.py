@@ -24,6 +24,9 @@ PHASES_JSON = "phases.json"
 SMOKE_JSON = "smoke_training.json"
 TUNING_DIR = "tuning"
 EFFICIENCY_JSON = "efficiency.json"
+# the quality measurement: a reference record per task in REFERENCE_DIR, the curves in QUALITY_JSON
+REFERENCE_DIR = "reference"
+QUALITY_JSON = "quality.json"
 RUNS_JSON = "runs.json"
 JOURNAL = "optuna.journal"
 # A tuning cache is named <kernel>__<template>__<shape>.json.

@@ -164,6 +164,19 @@ EVERY_COMMAND = [
     (["efficiency", "--within", "x"], "argument --within: expected a fraction in (0, 1), got 'x'"),
     (["efficiency", "--gpu", "nosuch"], "--gpu 'nosuch' has no tuning data under reports"),
     (["efficiency", "--nosuch"], "unrecognized arguments: --nosuch"),
+    (["efficiency", "--adopt"], "--adopt needs --measure: it times on this GPU"),
+    (["efficiency", "--measure", "--gpu", "g"], "--gpu names stored data to replay; --measure"),
+    (["efficiency", "--task", "pool.forward"], "--task 'pool.forward': expected KERNEL:SHAPE"),
+    (["efficiency", "--task", "pool.nope:B=2,K=8"], "--kernel 'pool.nope' is unknown"),
+    (["efficiency", "--task", "pool.forward:B=2"], "--shape 'B=2': pool.forward takes B, K"),
+    (["efficiency", "--task", "pool.forward:B=2,K=8:X=3"],
+     "--template 'X=3': pool.forward takes HIDDEN_DIM, N_HORIZONS"),
+    (["efficiency", "--samplers", "tpe,nope"], "--sampler 'nope' is unknown; samplers: tpe"),
+    (["efficiency", "--reference-trials", "0"],
+     "argument --reference-trials: expected an integer >= 1, got '0'"),
+    (["efficiency", "--measure", "--time-budget", "0"],
+     "argument --time-budget: expected seconds > 0, got '0'"),
+    (["tune", *GOOD, "--sampler", "nope"], "--sampler 'nope' is unknown; samplers: tpe"),
 ]
 
 

@@ -778,3 +778,30 @@ def test_the_whole_training_step_table_and_its_goals():
     assert "<= 1.15x its time | met: 1.05x slower" in text
     assert "HBM floor: L2-resident" in text and "%" not in text
     assert report_data.cases(rows) == []  # no kernel section for these rows
+
+
+def test_search_quality_section_and_curves_from_stored_data(tmp_path: Path) -> None:
+    """quality.json alone: the section names each task's reference, the op's point and each
+    sampler's searches within 3% at 25 trials, and draws the curves."""
+    gpu_dir = tmp_path / "nvidia-h200"
+    (gpu_dir / "tuning").mkdir(parents=True)
+    curve = {"best_us": [[110.0, 104.0, 101.0, 100.0]] * 2,
+             "percent": [[90.91, 96.15, 99.01, 100.0]] * 2, "complete": [2, 2, 2, 2],
+             "within": [0, 1, 2, 2], "median_percent": [90.91, 96.15, 99.01, 100.0],
+             "pending": 0}
+    censored = {**curve, "complete": [2, 1, 0, 0], "within": [0, 0, 0, 0], "pending": 3}
+    entry = {"kernel": "pool.forward", "template": {"HIDDEN_DIM": 128, "N_HORIZONS": 5},
+             "shape": {"B": 4096, "K": 256}, "n_points": 52290, "n_timed": 812,
+             "exhaustive": False, "reference": {"params": {"BLOCK": 128}, "time_us": 100.0},
+             "running": {"params": {"BLOCK": 64}, "time_us": 105.0, "percent": 95.24},
+             "verdict": {"speedup": 1.048}, "budgets": [12, 25, 50, 100], "seeds": [0, 1],
+             "within": 0.03, "samplers": {"tpe": curve, "tpe-valid": censored}}
+    (gpu_dir / "tuning" / "quality.json").write_text(json.dumps(
+        {"scheme": "SCHEME TEXT", "winner_at_25": "tpe", "tasks": [entry]}))
+    readme = report.build(gpu_dir).read_text()
+    section = readme[readme.index("## Search quality"):]
+    assert "SCHEME TEXT" in section and "**tpe**" in section
+    row = table_row(section, "pool.forward", "HIDDEN_DIM=128,N_HORIZONS=5", "B=4096,K=256")
+    assert row[3:] == ["52290", "812", "100", "95.2%", "1.05x", "tpe 1/2; tpe-valid 0/2 (1 censored)"]
+    plot = "quality_pool-forward-hidden-dim-128-n-horizons-5-b-4096-k-256.png"
+    assert f"![{plot}]({plot})" in section and (gpu_dir / plot).is_file()

@@ -51,8 +51,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--within", type=_fraction, default=0.03,
                    help="relative distance to the exhaustive best, in (0, 1)")
     p.add_argument("--replace", action="store_true",
-                   help="replay the tasks efficiency.json already holds too, replacing their "
-                        "entries (default: keep them and add only the missing ones)")
+                   help="replay the tasks efficiency.json and quality.json already hold too, "
+                        "replacing their entries (default: keep them and add only the missing "
+                        "ones); with --measure, also start afresh a reference record of other "
+                        "kernel sources")
+    p.add_argument("--measure", action="store_true",
+                   help="on this GPU: time the reference search of each --task and the "
+                        "samplers' searches (resumable: re-run to go on), then draw their curves "
+                        "into quality.json (docs/tuning.md)")
+    p.add_argument("--task", dest="tasks", action="append", default=[],
+                   metavar="KERNEL:SHAPE[:TEMPLATE]",
+                   help="a task to measure or replay, e.g. "
+                        "'pool.forward:B=512,K=64:N_HORIZONS=32' (repeatable; default: the four tasks of docs/tuning.md)")
+    p.add_argument("--samplers", default=None,
+                   help="comma-separated samplers whose searches are measured (default "
+                        "tpe,random) or replayed (default: all)")
+    p.add_argument("--reference-trials", type=_positive, default=300,
+                   help="trials of the mixed reference search (default 300; a space with no "
+                        "more points is timed whole)")
+    p.add_argument("--adopt", action="store_true",
+                   help="with --measure: where the op's point is more than --within slower "
+                        "than the reference best beyond noise, put the best into the task's "
+                        "tuning cache and compare it with the default there (export ships it)")
+    p.add_argument("--time-budget", type=_seconds, default=None,
+                   help="with --measure: seconds; stop between configurations once spent")
+    p.add_argument("--reps", type=_positive, default=20, help="with --measure: timed batches")
+    p.add_argument("--warmup", type=_non_negative, default=3,
+                   help="with --measure: untimed batches")
+    p.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
+                   help="with --measure: parallel static checks and compilations")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_efficiency)
 
 
@@ -108,6 +136,9 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--trials", type=_positive, default=30,
                    help="trials per study (tpe; default 30)")
     p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--sampler", default="tpe",
+                   help="how TPE mode proposes points: tpe (default), random, tpe-valid "
+                        "or mixed (docs/tuning.md compares them)")
     p.add_argument("--try", dest="tries", type=_point, action="append", default=[],
                    metavar="JSON",
                    help="a partial point to try first, e.g. '{\"STAGES\": 3}' (repeatable): "
@@ -241,6 +272,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     from .locks import Locked
     from .objective import GpuContext, GpuEvaluator
     from .progress import Budget, Progress
+    from .samplers import check_sampler
     from .session import EvaluatorBroken
     from .spaces import TuningTask
     from .storage import check_storage
@@ -251,6 +283,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
     started = time.time()
     try:  # everything the user typed is checked before any GPU work
         check_storage(args.storage)
+        check_sampler(args.sampler)
         _writable(Path(args.out))
         _check_tries(args.tries, [k for k, _, _ in specs])
     except (ValueError, OSError) as exc:
@@ -284,7 +317,7 @@ def _run(args: argparse.Namespace, specs: list) -> int:
             storage=args.storage, budget=Budget(args.time_budget),
             progress=Progress(enabled=not args.no_progress),
             warm=lambda items: gpu.precompile(items, args.jobs), workers=args.jobs,
-            run=WorkerRun.current(_command()))
+            run=WorkerRun.current(_command()), sampler=args.sampler)
     except EvaluatorBroken as exc:
         print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "
               "command to resume", file=sys.stderr)
@@ -412,6 +445,18 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     from .efficiency import run_efficiency
     from .export import slugs_with_data
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        specs = [_task_arg(text) for text in args.tasks]
+        samplers = _samplers(args.samplers)
+        if args.adopt and not args.measure:
+            raise ValueError("--adopt needs --measure: it times on this GPU")
+        if args.measure and args.gpu is not None:
+            raise ValueError("--gpu names stored data to replay; --measure times on this GPU")
+    except ValueError as exc:
+        print(f"pycuda-heads efficiency: {exc}", file=sys.stderr)
+        return 2
+    if args.measure:
+        return _measure(args, specs, samplers or ["tpe", "random"])
     known = slugs_with_data(args.out)
     if args.gpu is not None and args.gpu not in known:  # named even where no GPU has data
         print(f"pycuda-heads efficiency: --gpu {args.gpu!r} has no tuning data under "
@@ -420,12 +465,115 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
     slugs = _gpus(args, known)
     if not slugs:
         return 2
+    from .progress import Progress
+    from .quality import replay_all
     for slug in slugs:
         try:
             path = run_efficiency(args.out, slug, range(args.seeds), args.within,
                                   replace=args.replace)
+            print(f"wrote {path}")
+            path = replay_all(args.out, slug, specs, samplers, range(args.seeds), args.within,
+                              replace=args.replace,
+                              progress=Progress(enabled=not args.no_progress))
         except ValueError as exc:  # a corrupt cache names its file, as in export
             print(exc, file=sys.stderr)
             return 2
-        print(f"wrote {path}")
+        if path is not None:
+            print(f"wrote {path}")
     return 0
+
+
+def _task_arg(text: str) -> tuple[str, dict[str, int], dict[str, int] | None]:
+    """A --task: KERNEL:SHAPE[:TEMPLATE]."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"--task {text!r}: expected KERNEL:SHAPE[:TEMPLATE], e.g. "
+                         "pool.forward:B=4096,K=256")
+    return task_args(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+
+
+def _samplers(text: str | None) -> list[str] | None:
+    from .samplers import check_sampler
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",")]
+    for name in names:
+        check_sampler(name)
+    return list(dict.fromkeys(names))
+
+
+def _measure(args: argparse.Namespace, specs: list, samplers: list[str]) -> int:
+    """``efficiency --measure``: the reference measurement of each task on this GPU."""
+    from pycuda_heads.catalog import catalog
+    from pycuda_heads.core.device import GpuUnavailableError
+
+    from . import constraints
+    from .constraints import Feasibility, spec_static
+    from .objective import GpuContext, GpuEvaluator
+    from .progress import Budget, Progress
+    from .quality import (TASKS, Record, adopt, curves, measure, reference_path, replaceable,
+                          stale_record, write_quality)
+    from .session import EvaluatorBroken
+    from .spaces import TuningTask
+    started = time.time()
+    try:
+        specs = specs or [task_args(*t) for t in TASKS]
+        _writable(Path(args.out))
+        gpu = GpuContext.current()
+    except (ValueError, OSError) as exc:
+        print(f"pycuda-heads efficiency: {exc}", file=sys.stderr)
+        return 2
+    except GpuUnavailableError as exc:
+        print(f"efficiency --measure needs a GPU: {exc}", file=sys.stderr)
+        return 2
+    tasks = [TuningTask.from_spec(catalog()[k], shape, gpu.name, gpu.slug, template,
+                                  gpu.max_shared_bytes) for k, shape, template in specs]
+    for task in tasks:
+        path = reference_path(args.out, task)
+        if stale_record(path, task) and not args.replace:
+            print(f"pycuda-heads efficiency: {path} was measured for other kernel sources; "
+                  "--replace starts it afresh", file=sys.stderr)
+            return 2
+    budget, progress = Budget(args.time_budget), Progress(enabled=not args.no_progress)
+    entries, unfinished = [], []
+    for task in tasks:
+        if budget.expired():
+            unfinished.append(task.label())
+            continue
+        feas = Feasibility(task, spec_static(task, gpu.arch))
+
+        def warm(points: list, task: TuningTask = task, feas: Feasibility = feas) -> None:
+            constraints.warm([(feas, p) for p in points], args.jobs)
+            gpu.precompile([(task, p) for p in points if feas(p) is None], args.jobs)
+        evaluator = GpuEvaluator(task, reps=args.reps, warmup=args.warmup)
+        try:
+            record = Record.load(task, reference_path(args.out, task))
+            done = measure(task, evaluator, feas, record, samplers=samplers,
+                           seeds=range(args.seeds), reference_trials=args.reference_trials,
+                           budget=budget, progress=progress, warm=warm)
+        except EvaluatorBroken as exc:
+            print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "
+                  "command to resume", file=sys.stderr)
+            return 4
+        except ValueError as exc:  # a record that no longer replays names itself
+            print(f"pycuda-heads efficiency: {exc}", file=sys.stderr)
+            return 2
+        if not done:  # its curves are drawn once it is (or on the CPU: efficiency --replace)
+            unfinished.append(task.label())
+            continue
+        if args.adopt and replaceable(record.verdict, args.within):
+            print(f"{task.label()}: {adopt(task, evaluator, record, args.out)}")
+        entry = curves(task, record, samplers, range(args.seeds), args.within, progress)
+        if entry is not None:
+            entries.append(entry)
+            print(f"{task.label():40s} reference {entry['reference']['time_us']:.2f} us "
+                  f"from {entry['n_timed']} timed; the op's point at "
+                  f"{entry['running']['percent']}%")
+    if entries:
+        print(f"wrote {write_quality(args.out, gpu.slug, entries, replace_all=False)}")
+    status = 3 if unfinished else 0
+    if unfinished:
+        print(f"unfinished: {', '.join(unfinished)}; re-run the same command to resume")
+    records.log_phase(Path(args.out) / gpu.slug, "efficiency --measure", started, status,
+                      ", ".join(t.label() for t in tasks))
+    return status

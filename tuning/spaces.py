@@ -46,15 +46,18 @@ def all_points(task: "TuningTask") -> list[Point]:
 STARTUP_TRIALS = 10
 
 
-def startup_points(task: "TuningTask", trials: int, seed: int) -> list[Point]:
+def startup_points(task: "TuningTask", trials: int, seed: int,
+                   fresh: bool = False) -> list[Point]:
     """The first trials of the task's TPE study (STARTUP_TRIALS, or more where the user's tries
     need them; never more than ``trials``): its baseline, the shipped table's point for the
     task (so a re-tune after a source change starts from what won before), the user's tries,
     then valid points drawn at random with a seed of ``seed`` and the task's name, those
     bringing most knob values not drawn yet first (so a layout that few valid points take is
-    still tried before TPE models the results)."""
+    still tried before TPE models the results). ``fresh``: neither the shipped point nor the
+    tries (a measurement of the search must not be handed its answer)."""
     first = [dict(task.baseline)]
-    for point in ([] if task.shipped is None else [task.shipped]) + task.tried:
+    known = [] if fresh else ([] if task.shipped is None else [task.shipped]) + task.tried
+    for point in known:
         if point not in first:
             first.append(point)
     valid = [p for p in all_points(task)[1:]

@@ -30,8 +30,8 @@ from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .progress import Bar, Budget, Progress
 from .session import Session
-from .spaces import (STARTUP_TRIALS, TuningTask, all_points, distributions, point_key,
-                     startup_points, suggest)
+from .samplers import DEFAULT_SAMPLER, SAMPLERS, ask
+from .spaces import TuningTask, all_points, distributions, point_key, startup_points
 from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 
 MODES = ("tpe", "exhaustive")
@@ -40,10 +40,6 @@ Turn = Callable[[], ContextManager[Any]]
 CLAIM_S = 900.0
 _CONSTRAINTS = {"infeasible": INFEASIBLE, "error": ERROR, "validation": FAILED_VALIDATION}
 _COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # a FAIL trial was interrupted: no result
-
-
-def make_sampler(seed: int) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
 
 
 def outcome(ev: Evaluation, mode: str, seed: int) -> dict[str, Any]:
@@ -86,7 +82,8 @@ def remaining(study: optuna.Study, mode: str, trials: int, task: TuningTask) -> 
 
 def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, budget: Budget,
             progress: Progress, turn: Turn = nullcontext,
-            stop: Callable[[], bool] | None = None) -> int:
+            stop: Callable[[], bool] | None = None, sampler: str = DEFAULT_SAMPLER,
+            fresh: bool = False) -> int:
     """Run the study up to ``trials`` finished trials in all, resuming from what it already
     holds and sharing it with any other worker. Returns the number of trials run now.
 
@@ -94,10 +91,13 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
     table entry is compared with it (a kill during its trial must not leave it untimed). A
     study that reached ``trials`` without it (tuned against another baseline) runs one more.
     The random startup trials of a new study are the task's ``startup_points`` (the ones a
-    sweep compiles ahead), queued with the baseline."""
+    sweep compiles ahead), queued with the baseline, unless ``sampler`` draws its own; ``fresh``
+    leaves the shipped point out of them (a replay measuring the search). The study's sampler
+    is ``sampler``'s (``samplers.make``)."""
     task = session.task
     ran = 0
-    startup = startup_points(task, trials, seed)
+    startup = startup_points(task, trials, seed, fresh) if SAMPLERS[sampler].startup \
+        else [dict(task.baseline)]
     # a run killed between a tell and its cache save left the history short: rebuild it now,
     # since a finished study runs no trial that would
     sync_history(session, study)
@@ -124,9 +124,8 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
                             free -= 1
                     with warnings.catch_warnings():  # we beat by hand: ask/tell, not optimize
                         warnings.filterwarnings("ignore", message="Heartbeat of storage")
-                        trial = study.ask()
+                        trial, params = ask(study, task, sampler)
                     claim(study, trial)
-                    params = suggest(trial, task.space)
             if trial is None:
                 time.sleep(POLL_S)
                 continue

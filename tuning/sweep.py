@@ -22,6 +22,7 @@ from . import constraints
 from .cache import TuningCache
 from .constraints import Feasibility
 from .progress import Budget, Progress
+from .samplers import DEFAULT_SAMPLER, SAMPLERS
 from .session import Evaluator
 from .spaces import TuningTask, all_points, startup_points
 from .storage import cache_path, log_run, tuning_dir
@@ -68,15 +69,17 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
               mode: str = "exhaustive", trials: int = 40, seed: int = 0,
               storage: str | BaseStorage | None = None, budget: Budget | None = None,
               progress: Progress | None = None, warm: Warm | None = None, workers: int = 1,
-              run: WorkerRun | None = None) -> list[TuneOutcome]:
+              run: WorkerRun | None = None, sampler: str = DEFAULT_SAMPLER
+              ) -> list[TuneOutcome]:
     budget = budget or Budget()
     run = run or WorkerRun.new("")
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     plans = [(task, feasibility_for(task)) for task in tasks]
     # TPE compiles ahead only the points its studies will ask first; exhaustive, all of them
     pending = [(task, feas, p) for task, feas in plans
-               for p in _untimed(task, feas, out, startup_points(task, trials, seed)
-                                 if mode == "tpe" else all_points(task))]
+               for p in _untimed(task, feas, out, all_points(task) if mode != "tpe"
+                                 else startup_points(task, trials, seed)
+                                 if SAMPLERS[sampler].startup else [task.baseline])]
     constraints.warm([(feas, p) for _, feas, p in pending], workers)
     if warm is not None:
         warm([(task, p) for task, feas, p in pending if feas(p) is None])
@@ -92,7 +95,7 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
                 break
             outcomes.append(tune(task, evaluator_for(task), feas, out=out, mode=mode,
                                  trials=trials, seed=seed, storage=storage, budget=budget,
-                                 progress=progress))
+                                 progress=progress, sampler=sampler))
     finally:  # an interrupted run is logged too: its time counts in the provenance
         _log_run(tasks, outcomes, out, run=run, started=started, mode=mode, trials=trials,
                  seed=seed, budget=budget,

@@ -18,7 +18,8 @@ from .session import Evaluator, Session
 from .spaces import TuningTask, distributions, point_key
 from .storage import cache_path, open_storage, open_study, tuning_dir
 from .workers import Turns
-from .study import MODES, make_sampler, prefill, record_exhaustive, remaining, run_tpe
+from .samplers import DEFAULT_SAMPLER, make
+from .study import MODES, prefill, record_exhaustive, remaining, run_tpe
 
 log = logging.getLogger("pycuda_heads.tuning")
 
@@ -41,8 +42,9 @@ class TuneOutcome:
 def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], str | None], *,
          out: Path, mode: str = "tpe", trials: int = 40, seed: int = 0,
          storage: str | BaseStorage | None = None, budget: Budget | None = None,
-         progress: Progress | None = None) -> TuneOutcome:
-    """Tune ``task``; re-running the same call resumes (nothing finished is redone)."""
+         progress: Progress | None = None, sampler: str = DEFAULT_SAMPLER) -> TuneOutcome:
+    """Tune ``task`` (TPE mode: with ``sampler``, a name of ``samplers.SAMPLERS``); re-running
+    the same call resumes (nothing finished is redone)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     budget = budget or Budget()
@@ -51,7 +53,7 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
     cache = TuningCache.load(task, cache_path(tdir, task))
     session = Session(task, feasibility, evaluator, cache)
     storage = open_storage(storage, tdir)
-    study = open_study(task, storage, make_sampler(seed))
+    study = open_study(task, storage, make(sampler, task, seed))
     turn = Turns(storage, task.study_name, tdir / f"{task.name}.lock").turn
     ran = 0
     stopped = mode == "exhaustive" and not prefill(session, study, budget, progress, turn)
@@ -60,7 +62,7 @@ def tune(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], 
             ran = record_exhaustive(session, study, seed, turn)
         else:
             ran = run_tpe(session, study, seed=seed, trials=trials, budget=budget,
-                          progress=progress, turn=turn)
+                          progress=progress, turn=turn, sampler=sampler)
         stopped = remaining(study, mode, trials, task) > 0
         if ran or session.timed or not cache.importance:  # a resumed finished task: as it was
             cache.importance = importance(task, cache.evaluations)

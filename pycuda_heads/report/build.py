@@ -53,6 +53,9 @@ def build(gpu_dir: Path) -> Path:
     written.update(tuning_plots.values())
     parts.append(report_tables.tuning(data, tuning_plots))
     parts.append(report_tables.efficiency(data))
+    quality_plots = _quality_plots(data)
+    written.update(quality_plots.values())
+    parts.append(report_tables.quality(data, quality_plots))
     parts.append(report_tables.validation(data))
     if smoke_file.is_file():
         try:
@@ -100,6 +103,18 @@ def _tuning_plots(data: report_data.ReportData, steps: Steps) -> dict[str, str]:
         best = exhaustive.get((cache["kernel"], _key(cache.get("shape"))))
         if _drawn(report_plots.tuning(cache, data.gpu, best, data.gpu_dir / name), steps, name):
             plots[cache["file"]] = name
+    return plots
+
+
+def _quality_plots(data: report_data.ReportData) -> dict[str, str]:
+    """task label -> plot file of its search quality curves, drawn into the GPU folder."""
+    plots = {}
+    for e in (data.quality or {}).get("tasks", []):
+        label = f"{e.get('kernel')}__{records.dims_label(e.get('template') or {})}__" \
+                f"{records.dims_label(e.get('shape') or {})}"
+        name = f"quality_{records.slug(label)}.png"
+        if report_plots.quality(e, data.gpu, data.gpu_dir / name):
+            plots[label] = name
     return plots
 
 

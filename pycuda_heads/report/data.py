@@ -1,6 +1,7 @@
 """The stored data a report is built from, loaded without a GPU: the benchmark CSV (latest run
 per gpu, op, shape, pass and provider, and the run before it), the tuning caches, the
-tuner-efficiency table and the validation record. Any of them may be missing or unreadable: that is recorded, never raised.
+tuner-efficiency table, the search quality record and the validation record. Any of them may be
+missing or unreadable: that is recorded, never raised.
 Then the benchmark rows as cases, their ratios and the team's targets."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..records import (
     EMPTY_KERNEL,
     FWD_BWD,
     NOISY_SPREAD,
+    QUALITY_JSON,
     RUNS_JSON,
     STEP_OP,
     TORCH_TRAIN_OP,
@@ -44,6 +46,8 @@ class ReportData:
     empty_launch: dict[str, float] = field(default_factory=dict)
     tuning: list[dict[str, Any]] = field(default_factory=list)
     efficiency: list[dict[str, Any]] | None = None
+    #: the search quality record: the samplers' curves against each task's reference best
+    quality: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)  # tuning runs, oldest first
     missing: list[str] = field(default_factory=list)   # inputs that are absent, as sentences
@@ -168,6 +172,12 @@ def load(gpu_dir: Path) -> ReportData:
         data.problems.append(f"`{TUNING_DIR}/{EFFICIENCY_JSON}` is not a list")
         efficiency = None
     data.efficiency = efficiency
+    quality = _json(tuning / QUALITY_JSON, data, "search quality record")
+    if quality is not None and not (isinstance(quality, dict)
+                                    and isinstance(quality.get("tasks"), list)):
+        data.problems.append(f"`{TUNING_DIR}/{QUALITY_JSON}` is not an object with a task list")
+        quality = None
+    data.quality = quality
     runs = _json(tuning / RUNS_JSON, data, "tuning run log") if caches else None
     if runs is not None and not isinstance(runs, list):
         data.problems.append(f"`{TUNING_DIR}/{RUNS_JSON}` is not a list")

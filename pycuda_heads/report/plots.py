@@ -181,6 +181,44 @@ def tuning(cache: dict[str, Any], gpu: str, exhaustive_us: float | None, path: P
 
 
 @_drawn
+def quality(entry: dict[str, Any], gpu: str, path: Path) -> bool:
+    """Budget against the best found as % of the reference best, per sampler: each seed's
+    search as faint markers, their median as a line; the op's point today and the 3% line
+    marked. False (and no file) when no sampler has a complete budget."""
+    budgets = entry.get("budgets") or []
+    curves = {name: c for name, c in (entry.get("samplers") or {}).items()
+              if any(v is not None for row in c.get("percent") or () for v in row)}
+    if not budgets or not curves:
+        return False
+    fig, (ax,) = _figure(1, width=6.4, height=4.2)
+    for i, (name, c) in enumerate(sorted(curves.items())):
+        color = f"C{i}"
+        for row in c["percent"]:
+            ax.plot([b for b, v in zip(budgets, row) if v is not None],
+                    [v for v in row if v is not None], color=color, marker=".", linestyle="",
+                    alpha=0.35)
+        median = [(b, m) for b, m in zip(budgets, c.get("median_percent") or ()) if m is not None]
+        if median:
+            ax.plot(*zip(*median), color=color, marker="o", label=f"{name} (median of seeds)")
+    within = entry.get("within", 0.03)
+    ax.axhline(100 / (1 + within), color="grey", linestyle=":",
+               label=f"within {100 * within:g}% of the reference")
+    running = (entry.get("running") or {}).get("percent")
+    if running is not None:
+        ax.axhline(running, color="k", linestyle="--", label="the op's point today (shipped)")
+    ax.set_xscale("log")
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best found, % of the reference best")
+    ax.set_title(f"{entry.get('kernel', '?')} {shape_text(entry.get('shape'))}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle(f"search quality on {gpu}")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+@_drawn
 def smoke_losses(result: dict[str, Any], gpu: str, path: Path) -> bool:
     """The smoke training's loss per step (log scale), with the float64 reference's first steps
     and the halving line. False (and no file) when the record holds no losses."""

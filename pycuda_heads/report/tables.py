@@ -228,6 +228,8 @@ def inputs(data: ReportData) -> str:
          data.bench),
         (f"tuning caches: {len(data.tuning)}", data.tuning),
         (f"tuner efficiency: {len(data.efficiency or [])} entries", data.efficiency is not None),
+        (f"search quality: {len((data.quality or {}).get('tasks', []))} tasks",
+         data.quality is not None),
         ("GPU validation record", data.validation is not None)) if ok]
     lines += [f"- present: {p}" for p in present]
     lines += [f"- **missing**: {m}; the sections built from it are left out" for m in data.missing]
@@ -541,6 +543,46 @@ def efficiency(data: ReportData) -> str:
         "the validated ones.", "",
         table(("kernel", "shape", "points", "exhaustive best us", "best parameters",
                "median trials to 3%", "trials to 3% per search"), rows), ""])
+
+
+def quality(data: ReportData, plots: dict[str, str]) -> str:
+    """The samplers' curves against each task's reference best (``plots``: task label ->
+    plot file), the op's point today and its verdict, and the sampler the curves chose."""
+    q = data.quality
+    if not q or not q.get("tasks"):
+        return ""
+    rows = []
+    for e in q["tasks"]:
+        at = (e.get("budgets") or []).index(25) if 25 in (e.get("budgets") or []) else None
+        seeds = len(e.get("seeds") or ())
+        per = "; ".join(
+            f"{name} {c['within'][at]}/{seeds}" + ("" if c["complete"][at] == seeds else
+                                                   f" ({seeds - c['complete'][at]} censored)")
+            for name, c in (e.get("samplers") or {}).items()) if at is not None else "–"
+        verdict = e.get("verdict") or {}
+        rows.append((e.get("kernel", "?"), shape_text(e.get("template")),
+                     shape_text(e.get("shape")), e.get("n_points", "–"),
+                     f"{e.get('n_timed', '–')}" + (" (all)" if e.get("exhaustive") else ""),
+                     us((e.get("reference") or {}).get("time_us")),
+                     _percent((e.get("running") or {}).get("percent")),
+                     speedup(verdict.get("speedup")) if verdict else "not judged yet", per))
+    lines = ["## Search quality", "", str(q.get("scheme", "")), "",
+             "The op's point is what it runs today (the shipped table's, else the default); "
+             "its verdict is its time over the reference best's, timed interleaved in one run. "
+             "Within 3% at 25 trials: searches (seeds) whose best came within 3% of the "
+             "reference.", "",
+             table(("kernel", "template", "shape", "points", "timed", "reference best us",
+                    "op's point, % of reference", "op's point vs reference (same run)",
+                    "within 3% at 25 trials"), rows), "",
+             f"Sampler the curves choose at 25 trials: **{q.get('winner_at_25') or 'none yet'}** "
+             "(searches within 3% on most tasks and seeds; only samplers measured on every "
+             "task compete).", ""]
+    lines += [f"![{name}]({name})" for name in plots.values()]
+    return "\n".join(lines + [""])
+
+
+def _percent(v: Any) -> str:
+    return "–" if not isinstance(v, (int, float)) else f"{v:.1f}%"
 
 
 def _trials(n: Any) -> str:
