@@ -53,18 +53,40 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
 
     const Walk w(B, K, warp, 0);
+#else
+    const int team = warp / TW, wt = warp % TW;
+#if QREG
+    float q[N_HORIZONS][GCOLS];
+#pragma unroll
+    for (int h = 0; h < N_HORIZONS; ++h) {
+        group_cols(q_h + h * HIDDEN_DIM, gl, q[h]);
+#pragma unroll
+        for (int j = 0; j < GCOLS; ++j) q[h][j] *= qscale;
+    }
+#else
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * qscale;
+    __syncthreads();
+#endif
+    [[maybe_unused]] float* macc = qs + L2_QUERIES;
+#if SMEM_SCORES
+    float* wsc = macc + warp * N_HORIZONS * K;  // one-warp teams only: no merge buffers there
+#endif
+
+    const Walk w(B, K, team, wt);
+#endif
     Ring<FSLOT> ring_in(ring, warp, w, ln, nullptr, nullptr, K, lane, false);
 
     int cslot = 0;
     for (int r = 0; r < w.rows; ++r) {
         const int b = w.row(r);
         float* attnb = attn + (size_t)b * N_HORIZONS * K;
-        float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][ROW_PER_LANE];
+        float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][L2_ACC_COLS];
         row_start(m, l, acc);
         for (int j = 0; j < w.per_row; ++j) {
             ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
             copy_wait();
             __syncwarp();
+#if LANE_ACC
             const float* slot = ring_in.slots + cslot * FSLOT;
             const int k0 = w.key0(j);
             float x[GROUP_KEYS][GCOLS];
@@ -142,63 +164,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 }
             }
             __syncwarp();  // the slot and pw are read before they are written again
-            cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
-        }
-        float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
-#pragma unroll
-        for (int h = 0; h < N_HORIZONS; ++h) {
-            l[h] = 1.f / across_groups(l[h]);
-            float o[ROW_PER_LANE];
-#pragma unroll
-            for (int i = 0; i < ROW_PER_LANE; ++i) o[i] = acc[h][i] * l[h];
-            store_row(ctxb + h * HIDDEN_DIM, lane, o);
-        }
-        __syncwarp();  // the raw scores this warp's lanes wrote are complete
-#pragma unroll
-        for (int h = 0; h < N_HORIZONS; ++h) {
-            float* ah = attnb + (size_t)h * K;
-#if SMEM_SCORES
-            const float* sh = wsc + h * K;
 #else
-            const float* sh = ah;
-#endif
-            for (int k = lane; k < K; k += 32) ah[k] = exp2f(sh[k] - m[h]) * l[h];
-        }
-        __syncwarp();  // this row's scores are read before the next row's are written
-    }
-#else  // LANE_ACC 0
-    const int team = warp / TW, wt = warp % TW;
-#if QREG
-    float q[N_HORIZONS][GCOLS];
-#pragma unroll
-    for (int h = 0; h < N_HORIZONS; ++h) {
-        group_cols(q_h + h * HIDDEN_DIM, gl, q[h]);
-#pragma unroll
-        for (int j = 0; j < GCOLS; ++j) q[h][j] *= qscale;
-    }
-    [[maybe_unused]] float* macc = qs + L2_QUERIES;
-#else
-    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * qscale;
-    __syncthreads();
-    [[maybe_unused]] float* macc = qs + L2_QUERIES;
-#endif
-#if SMEM_SCORES
-    float* wsc = macc + warp * N_HORIZONS * K;  // one-warp teams only: no merge buffers there
-#endif
-
-    const Walk w(B, K, team, wt);
-    Ring<FSLOT> ring_in(ring, warp, w, ln, nullptr, nullptr, K, lane, false);
-
-    int cslot = 0;
-    for (int r = 0; r < w.rows; ++r) {
-        const int b = w.row(r);
-        float* attnb = attn + (size_t)b * N_HORIZONS * K;
-        float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][GCOLS];
-        row_start(m, l, acc);
-        for (int j = 0; j < w.per_row; ++j) {
-            ring_in.issue(w, ln, nullptr, nullptr, K, lane, false);
-            copy_wait();
-            __syncwarp();
             const int k = w.key0(j) + g;
             const bool valid = k < K;
             float x[GCOLS];
@@ -232,8 +198,32 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 for (int c = 0; c < GCOLS; ++c) acc[h][c] = fmaf(pk, x[c], acc[h][c]);
             }
             __syncwarp();
+#endif
             cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
         }
+#if LANE_ACC
+        float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            l[h] = 1.f / across_groups(l[h]);
+            float o[ROW_PER_LANE];
+#pragma unroll
+            for (int i = 0; i < ROW_PER_LANE; ++i) o[i] = acc[h][i] * l[h];
+            store_row(ctxb + h * HIDDEN_DIM, lane, o);
+        }
+        __syncwarp();  // the raw scores this warp's lanes wrote are complete
+#pragma unroll
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float* ah = attnb + (size_t)h * K;
+#if SMEM_SCORES
+            const float* sh = wsc + h * K;
+#else
+            const float* sh = ah;
+#endif
+            for (int k = lane; k < K; k += 32) ah[k] = exp2f(sh[k] - m[h]) * l[h];
+        }
+        __syncwarp();  // this row's scores are read before the next row's are written
+#else
 
         // Merge the lane groups: every group ends with the warp's max, sum and accumulators.
 #pragma unroll
@@ -319,8 +309,8 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
             for (int k = t; k < K; k += TW * 32) ah[k] = exp2f(ah[k] - mt) * inv;
         }
 #endif
+#endif
     }
-#endif  // LANE_ACC
 }
 
 // Backward in one pass over ln. Per row, every warp of the team forms c[h] itself:

@@ -31,6 +31,8 @@
 #define GCHUNKS ((HIDDEN_DIM + GROUP * VEC - 1) / (GROUP * VEC))
 #define GCOLS (GCHUNKS * VEC)
 #define TW (NWARPS / TEAMS)
+// The forward's accumulators a lane: its own columns of every row with LANE_ACC, else a group's.
+#define L2_ACC_COLS (LANE_ACC ? ROW_PER_LANE : GCOLS)
 #define FSLOT (SKEYS * HIDDEN_DIM)
 #define BEXTRA ((2 * N_HORIZONS * SKEYS + 3) / 4 * 4)
 #define BSLOT (FSLOT + BEXTRA)
