@@ -7,6 +7,8 @@
 // Forward. Scores: a lane group per key (q read once for the group's GROUP_KEYS keys).
 // Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)); the running max moves
 // only when a score passes it by MARGIN (a warp vote), so most keys skip the rescale.
+// One body: the query setup, the step's work and the row's end are #if LANE_ACC pieces of it,
+// kept whole so that each variant compiles to the code its tuned timings were measured on.
 // LANE_ACC chooses where the accumulators live.
 // LANE_ACC 0: per lane group, each with its own running max and sum. Raw scores go to attn
 // (with SMEM_SCORES, a one-warp team keeps them in shared memory instead, so attn is written
@@ -14,18 +16,12 @@
 // team then writes ctx and attn from its registers; larger teams merge through shared memory
 // (one team barrier per row; the merge buffers alternate between rows so the next row's writes
 // cannot meet this row's reads).
-// Dynamic shared memory (floats): ring [NWARPS][STAGES][FSLOT]; with QREG == 0 the scaled
-// queries [N_HORIZONS*HIDDEN_DIM] (QREG == 1 keeps them in registers); with TW > 1 the merge
-// accumulators [2][NWARPS][N_HORIZONS*HIDDEN_DIM] and max/sum [2][NWARPS][N_HORIZONS][2];
-// with SMEM_SCORES the raw scores [NWARPS][N_HORIZONS*K].
 // LANE_ACC 1: lane-owned accumulators (one-warp teams). Each group's softmax weights go
 // through the warp's buffer pw and every lane accumulates its own columns (group_cols<32>) of
 // the step's SKEYS rows: N_HORIZONS*ROW_PER_LANE accumulators a lane instead of
 // N_HORIZONS*GCOLS repeated in every group, and no merge of the groups at the row's end. The
 // running max is the warp's (one vote a step for all horizons); the sums are per lane group.
-// Dynamic shared memory (floats): ring [NWARPS][STAGES][FSLOT]; the scaled queries
-// [N_HORIZONS*HIDDEN_DIM] rounded up to 4 (QREG == 1 copies them into registers); the weights
-// [NWARPS][N_HORIZONS][SKEYS]; with SMEM_SCORES the raw scores [NWARPS][N_HORIZONS*K].
+// Dynamic shared memory: POOL_FORWARD_FLOATS_L2 (pool_sizes.cuh).
 extern "C" __global__ void LAYOUT2_BOUNDS
 pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
              float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,

@@ -35,7 +35,7 @@ from ..catalog import SUITE_TEMPLATE, catalog
 from ..core.compile import NVCC_OPTIONS
 from ..core.op import op_source_hash
 from ..core.tuned import table_dir
-from .static_check import nvcc_version
+from .static_check import NvccUnavailableError, nvcc_version
 
 ARCH = "sm_90"
 # K values at which the host side (shared bytes, launch restrictions) is compared.
@@ -196,8 +196,9 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
           root: Path | None = None) -> dict[str, Any]:
     """The identity proof of ``family`` between revision ``base`` and the working tree."""
     root = root or _repo_root()
+    revision = _revision(root, base)
     todo = variants(family, sample)
-    before, after = render_at(base, todo, root), render_at(None, todo, root)
+    before, after = render_at(revision, todo, root), render_at(None, todo, root)
     with ThreadPoolExecutor(jobs) as pool:
         digests = list(pool.map(compile_digests, [r["source"] for r in (*before, *after)]))
     rows = []
@@ -213,7 +214,7 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
                      and host_equal})
     state = records.git_state(root)
     return {"family": family,
-            "base": {"revision": _revision(root, base), "source_hash": before[0]["source_hash"]},
+            "base": {"revision": revision, "source_hash": before[0]["source_hash"]},
             "head": {"revision": state["commit"], "dirty": state["dirty"],
                      "source_hash": after[0]["source_hash"]},
             "nvcc": nvcc_version(), "options": list(NVCC_OPTIONS), "arch": ARCH,
@@ -268,7 +269,12 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
 
 
 def _identity_cli(args: argparse.Namespace) -> int:
-    proof = prove(args.family, args.base, args.sample, args.jobs)
+    try:
+        nvcc_version()
+        proof = prove(args.family, args.base, args.sample, args.jobs)
+    except (ValueError, NvccUnavailableError) as exc:
+        print(f"pycuda-heads identity: {exc}", file=sys.stderr)
+        return 2
     records.write_json(args.proof, proof)
     bad = [r for r in proof["variants"] if not r["equal"]]
     for r in bad:
@@ -291,8 +297,9 @@ def _restamp_cli(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    families = sorted(catalog().families())
     p = sub.add_parser("identity", help="prove a family's variants compile as at a revision")
-    p.add_argument("family", help="kernel family, e.g. pool")
+    p.add_argument("family", choices=families, help="kernel family, e.g. pool")
     p.add_argument("--base", required=True, help="git revision to compare with")
     p.add_argument("--proof", required=True, type=Path, help="proof JSON file to write")
     p.add_argument("--sample", type=records.int_at_least(0), default=16,
@@ -301,6 +308,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_identity_cli)
     p = sub.add_parser("restamp", help="carry a family's tuned entries over to the installed "
                                        "source hash, given an all-equal identity proof")
-    p.add_argument("family", help="kernel family, e.g. pool")
+    p.add_argument("family", choices=families, help="kernel family, e.g. pool")
     p.add_argument("--proof", required=True, type=Path, help="proof JSON of `identity`")
     p.set_defaults(func=_restamp_cli)
