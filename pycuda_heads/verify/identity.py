@@ -187,6 +187,8 @@ def variants(family: str, sample: int, seed: int = 0) -> list[dict[str, Any]]:
         for t, p in points:
             layouts.setdefault(p.get("LAYOUT"), []).append((t, p))
         for group in layouts.values():
+            group = [(t, p) for t, p in group  # points not already listed
+                     if json.dumps([spec.id, t, p], sort_keys=True) not in seen]
             for t, p in rng.sample(group, min(len(group), -(-sample // len(layouts)))):
                 add(spec.id, t, p, None, "sample")
     return out
