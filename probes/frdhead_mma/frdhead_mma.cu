@@ -404,6 +404,203 @@ frdmma_backward(const float* __restrict__ a, const float* __restrict__ x,
 }
 #endif  // BWD_WARPS
 
+#ifdef STEP_WARPS
+// The whole training step of head + loss in one kernel: per tile of STEP_BM rows, in shared memory
+//   hidden = ReLU(x w1^T + b1) -> logits = hidden w2^T + b2 -> G = (softmax - onehot) / B (ce out)
+//   -> dW2 += G^T hidden, db2 += sum G -> dpre = (G w2) * [hidden > 0]
+//   -> dW1 += dpre^T x, db1 += sum dpre -> grad_h_t = dpre w1 (out)
+// Only h_t and labels come in and grad_h_t and ce go out per row; hidden, logits, G and dhidden
+// never reach global memory. The weight partials stay in registers for the block's chunk and
+// land in scratch row blockIdx.x: [dW2 (HA*F) | db2 (HA) | dW1 (F*D_IN) | db1 (F)].
+// Knobs: STEP_WARPS, STEP_BM, STEP_WM (warps down the rows of the row products), STEP_WMW
+// (warps down M of the weight tiles).
+#define ST (32 * STEP_WARPS)
+#define S_WN (STEP_WARPS / STEP_WM)
+#define S_MT (STEP_BM / (16 * STEP_WM))
+#define S_WNW (STEP_WARPS / STEP_WMW)
+#define SK1 RUP(D_IN, 8)
+#define SK2 RUP(FRD_HIDDEN, 8)
+#define SKA RUP(HA, 8)
+#define S_EXT1 RUP(FRD_HIDDEN, 8 * S_WN)          // hidden columns (layer 1, dhidden)
+#define S_EXT2 RUP(HA, 8 * S_WN)                  // logits columns
+#define S_EXTD RUP(D_IN, 8 * S_WN)                // grad_h_t columns
+#define S_MTW2 CDIV(HA, 16 * STEP_WMW)
+#define S_NTW2 CDIV(FRD_HIDDEN, 8 * S_WNW)
+#define S_MTW1 CDIV(FRD_HIDDEN, 16 * STEP_WMW)
+#define S_NTW1 CDIV(D_IN, 8 * S_WNW)
+#define S_LDW1 LDR(MAXI(SK1, S_EXTD))             // w1 [F][.]: row reads (layer 1), k-major (grad_h_t)
+#define S_LDW2 LDR(MAXI(SK2, S_EXT1))             // w2 [HA][.]: row reads (logits), k-major (dhidden)
+#define S_LDX LDR(MAXI(SK1, S_NTW1 * 8 * S_WNW))  // x tile: row reads, k-major (dW1)
+#define S_LDH LDR(MAXI(SK2, S_NTW2 * 8 * S_WNW))  // hidden tile: row reads, k-major (dW2)
+#define S_LDG LDK(MAXI(SKA, S_MTW2 * 16 * STEP_WMW))  // G tile: k-major (dW2), row reads (dhidden)
+#define S_LDD LDK(MAXI(SK2, S_MTW1 * 16 * STEP_WMW))  // dpre tile: k-major (dW1), row reads
+#define S_W1ROWS MAXI(S_EXT1, SK2)
+#define S_W2ROWS MAXI(S_EXT2, SKA)
+// Shared floats; run.py computes the same.
+#define STEP_SMEM_FLOATS (S_W1ROWS * S_LDW1 + S_W2ROWS * S_LDW2 + 2 * STEP_BM * S_LDX + \
+                          STEP_BM * (S_LDH + S_LDG + S_LDD))
+#define S_PART (HA * FRD_HIDDEN + HA + FRD_HIDDEN * D_IN + FRD_HIDDEN)
+
+extern "C" __global__ void __launch_bounds__(ST, 1)
+frdmma_step(const float* __restrict__ h_t, const float* __restrict__ w1,
+            const float* __restrict__ b1, const float* __restrict__ w2,
+            const float* __restrict__ b2, const int* __restrict__ labels,
+            float* __restrict__ scratch, float* __restrict__ grad_h_t, float* __restrict__ ce,
+            const int B, const int chunk, const float inv_b)
+{
+    static_assert(STEP_BM % (16 * STEP_WM) == 0 && STEP_BM % 8 == 0, "rows per tile");
+    static_assert(STEP_WARPS % STEP_WM == 0 && STEP_WARPS % STEP_WMW == 0, "warp grid");
+    static_assert(HA <= ST && FRD_HIDDEN <= ST, "one thread per bias column");
+    float* w1s = reinterpret_cast<float*>(dyn_smem);
+    float* w2s = w1s + S_W1ROWS * S_LDW1;
+    float* xs = w2s + S_W2ROWS * S_LDW2;
+    float* hs = xs + 2 * STEP_BM * S_LDX;
+    float* gs = hs + STEP_BM * S_LDH;
+    float* ds = gs + STEP_BM * S_LDG;
+    const int r0 = blockIdx.x * chunk, r1 = min(B, r0 + chunk);
+    const int warp = threadIdx.x / 32;
+    const int wm = warp % STEP_WM, wn = warp / STEP_WM;
+    const int wmw = warp % STEP_WMW, wnw = warp / STEP_WMW;
+    constexpr int NT1 = S_EXT1 / (8 * S_WN), NT2 = S_EXT2 / (8 * S_WN), NTD = S_EXTD / (8 * S_WN);
+
+    // zero padding of every array is read as zero k or m by some product
+    stage<S_W1ROWS, MAXI(SK1, S_EXTD), S_LDW1, D_IN, ST>(w1s, w1, FRD_HIDDEN);
+    stage<S_W2ROWS, MAXI(SK2, S_EXT1), S_LDW2, FRD_HIDDEN, ST>(w2s, w2, HA);
+    stage<STEP_BM, MAXI(SK1, S_NTW1 * 8 * S_WNW), S_LDX, D_IN, ST>(xs, h_t + (size_t)r0 * D_IN,
+                                                                 min(STEP_BM, r1 - r0));
+    cp_commit();
+    for (int i = threadIdx.x; i < STEP_BM * (S_LDH + S_LDG + S_LDD); i += ST) hs[i] = 0.f;
+    float dw2[S_MTW2][S_NTW2][4], dw1[S_MTW1][S_NTW1][4];
+    zero_acc(dw2);
+    zero_acc(dw1);
+    float db2 = 0.f, db1 = 0.f;  // thread c < HA: db2[c]; thread ST - FRD_HIDDEN + c: db1[c]
+    const int c1 = threadIdx.x - (ST - FRD_HIDDEN);
+    int buf = 0;
+    for (int m0 = r0; m0 < r1; m0 += STEP_BM, buf ^= 1) {
+        if (m0 + STEP_BM < r1) {
+            stage<STEP_BM, MAXI(SK1, S_NTW1 * 8 * S_WNW), S_LDX, D_IN, ST>(
+                xs + (buf ^ 1) * STEP_BM * S_LDX, h_t + (size_t)(m0 + STEP_BM) * D_IN,
+                min(STEP_BM, r1 - m0 - STEP_BM));
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const float* xt = xs + buf * STEP_BM * S_LDX;
+        const int n_rows = min(STEP_BM, r1 - m0);
+        {   // hidden tile
+            float acc[S_MT][NT1][4];
+            zero_acc(acc);
+            warp_mma<S_MT, NT1, SK1 / 8, false, S_LDX, false, S_LDW1>(
+                acc, xt + wm * S_MT * 16 * S_LDX, w1s + wn * NT1 * 8 * S_LDW1);
+            each_acc(acc, [&](int m, int n, float v) {
+                m += wm * S_MT * 16;
+                n += wn * NT1 * 8;
+                if (n < SK2) hs[m * S_LDH + n] = n < FRD_HIDDEN ? fmaxf(v + b1[n], 0.f) : 0.f;
+            });
+        }
+        __syncthreads();
+        {   // logits tile into gs
+            float acc[S_MT][NT2][4];
+            zero_acc(acc);
+            warp_mma<S_MT, NT2, SK2 / 8, false, S_LDH, false, S_LDW2>(
+                acc, hs + wm * S_MT * 16 * S_LDH, w2s + wn * NT2 * 8 * S_LDW2);
+            each_acc(acc, [&](int m, int n, float v) {
+                m += wm * S_MT * 16;
+                n += wn * NT2 * 8;
+                if (n < HA) gs[m * S_LDG + n] = v + b2[n];
+            });
+        }
+        __syncthreads();
+        // softmax-CE per (row, horizon); rows past the batch get G = 0 (they add nothing below)
+        for (int p = threadIdx.x; p < STEP_BM * N_HORIZONS; p += ST) {
+            const int r = p / N_HORIZONS, h = p % N_HORIZONS;
+            float* x = gs + r * S_LDG + h * N_ATOMS;
+            if (r >= n_rows) {
+#pragma unroll
+                for (int a = 0; a < N_ATOMS; ++a) x[a] = 0.f;
+                continue;
+            }
+            const int label = labels[(size_t)m0 * N_HORIZONS + p];
+            float v[N_ATOMS];
+            float mx = -INFINITY;
+#pragma unroll
+            for (int a = 0; a < N_ATOMS; ++a) {
+                v[a] = x[a];
+                mx = fmaxf(mx, v[a]);
+            }
+            float sum = 0.f;
+#pragma unroll
+            for (int a = 0; a < N_ATOMS; ++a) {
+                v[a] = expf(v[a] - mx);
+                sum += v[a];
+            }
+            const bool bad = label < -1 || label >= N_ATOMS;
+            float loss = label == -1 ? 0.f : NAN;
+#pragma unroll
+            for (int a = 0; a < N_ATOMS; ++a) {
+                const float q = v[a] / sum;
+                if (a == label) loss = -logf(fmaxf(q, 1e-30f));
+                x[a] = label == -1 ? 0.f : bad ? NAN : (q - (a == label ? 1.f : 0.f)) * inv_b;
+            }
+            ce[(size_t)m0 * N_HORIZONS + p] = loss;
+        }
+        __syncthreads();
+        // dW2 += G^T hidden, db2 += sum G, dpre = (G w2) * [hidden > 0]
+        if (threadIdx.x < HA)
+#pragma unroll 8
+            for (int r = 0; r < STEP_BM; ++r) db2 += gs[r * S_LDG + threadIdx.x];
+        warp_mma<S_MTW2, S_NTW2, STEP_BM / 8, true, S_LDG, true, S_LDH>(
+            dw2, gs + wmw * S_MTW2 * 16, hs + wnw * S_NTW2 * 8);
+        {
+            float acc[S_MT][NT1][4];
+            zero_acc(acc);
+            warp_mma<S_MT, NT1, SKA / 8, false, S_LDG, true, S_LDW2>(
+                acc, gs + wm * S_MT * 16 * S_LDG, w2s + wn * NT1 * 8);
+            each_acc(acc, [&](int m, int n, float v) {
+                m += wm * S_MT * 16;
+                n += wn * NT1 * 8;
+                if (n < SK2) ds[m * S_LDD + n] = hs[m * S_LDH + n] > 0.f ? v : 0.f;
+            });
+        }
+        __syncthreads();
+        // dW1 += dpre^T x, db1 += sum dpre, grad_h_t = dpre w1
+        if (c1 >= 0)
+#pragma unroll 8
+            for (int r = 0; r < STEP_BM; ++r) db1 += ds[r * S_LDD + c1];
+        warp_mma<S_MTW1, S_NTW1, STEP_BM / 8, true, S_LDD, true, S_LDX>(
+            dw1, ds + wmw * S_MTW1 * 16, xt + wnw * S_NTW1 * 8);
+        {
+            float acc[S_MT][NTD][4];
+            zero_acc(acc);
+            warp_mma<S_MT, NTD, SK2 / 8, false, S_LDD, true, S_LDW1>(
+                acc, ds + wm * S_MT * 16 * S_LDD, w1s + wn * NTD * 8);
+            each_acc(acc, [&](int m, int n, float v) {
+                m += wm * S_MT * 16;
+                n += wn * NTD * 8;
+                if (m < n_rows && n < D_IN) grad_h_t[(size_t)(m0 + m) * D_IN + n] = v;
+            });
+        }
+        __syncthreads();  // the x buffer takes the tile after next; hs, gs, ds the next tile
+    }
+    float* part = scratch + (size_t)blockIdx.x * S_PART;
+    each_acc(dw2, [&](int m, int n, float v) {
+        m += wmw * S_MTW2 * 16;
+        n += wnw * S_NTW2 * 8;
+        if (m < HA && n < FRD_HIDDEN) part[m * FRD_HIDDEN + n] = v;
+    });
+    if (threadIdx.x < HA) part[HA * FRD_HIDDEN + threadIdx.x] = db2;
+    part += HA * FRD_HIDDEN + HA;
+    each_acc(dw1, [&](int m, int n, float v) {
+        m += wmw * S_MTW1 * 16;
+        n += wnw * S_NTW1 * 8;
+        if (m < FRD_HIDDEN && n < D_IN) part[m * D_IN + n] = v;
+    });
+    if (c1 >= 0) part[FRD_HIDDEN * D_IN + c1] = db1;
+}
+#endif  // STEP_WARPS
+
 #ifdef REDUCE
 // y[c] = sum_r x[r][c]: 8 row groups of 32 columns per block, each group's rows ascending, the
 // groups added 0..7. The order depends on n only: bitwise reproducible.

@@ -43,6 +43,12 @@ BWD = {"b8x32": dict(BWD_WARPS=8, BWD_BM=32, BWD_WMW=2, BWD_WMO=2),
        "b16x64": dict(BWD_WARPS=16, BWD_BM=64, BWD_WMW=4, BWD_WMO=4),
        "b16x16": dict(BWD_WARPS=16, BWD_BM=16, BWD_WMW=4, BWD_WMO=1),
        "b8x16": dict(BWD_WARPS=8, BWD_BM=16, BWD_WMW=2, BWD_WMO=1)}
+# Whole-step variants (forward + softmax-CE + both backward stages in one kernel): warps, rows
+# per tile, warps down the rows of the row products, warps down M of the weight tiles.
+STEP = {"s16x32": dict(STEP_WARPS=16, STEP_BM=32, STEP_WM=2, STEP_WMW=4),
+        "s16x32b": dict(STEP_WARPS=16, STEP_BM=32, STEP_WM=1, STEP_WMW=4),
+        "s8x32": dict(STEP_WARPS=8, STEP_BM=32, STEP_WM=2, STEP_WMW=2)}
+S_PART = HA * F + HA + F * D + F
 # (forward, grad_w2 stage, grad_w1 stage) chains run: the forward sweep beside one backward,
 # the backward sweep beside one forward. b16x64's masked stage does not fit shared memory.
 COMBOS = ([(f, "b16x32", "b16x32") for f in FWD]
@@ -82,6 +88,23 @@ def bwd_smem(k: dict, stage: int) -> int:
     return 4 * (up(sm, 8) * ldw + 2 * bm * ((2 if masked else 1) * lda + ldxn))
 
 
+def step_smem(k: dict) -> int:
+    """Bytes of STEP_SMEM_FLOATS in frdhead_mma.cu."""
+    w, bm, wm, wmw = k["STEP_WARPS"], k["STEP_BM"], k["STEP_WM"], k["STEP_WMW"]
+    wn, wnw = w // wm, w // wmw
+    cdiv = lambda n, m: -(-n // m)
+    ldr, ldk = (lambda n: up(n, 32) + 8), (lambda n: up(n, 32) + 4)
+    sk1, sk2, ska = up(D, 8), up(F, 8), up(HA, 8)
+    ext1, ext2, extd = up(F, 8 * wn), up(HA, 8 * wn), up(D, 8 * wn)
+    mtw2, ntw2 = cdiv(HA, 16 * wmw), cdiv(F, 8 * wnw)
+    mtw1, ntw1 = cdiv(F, 16 * wmw), cdiv(D, 8 * wnw)
+    ldw1, ldw2 = ldr(max(sk1, extd)), ldr(max(sk2, ext1))
+    ldx, ldh = ldr(max(sk1, ntw1 * 8 * wnw)), ldr(max(sk2, ntw2 * 8 * wnw))
+    ldg, ldd = ldk(max(ska, mtw2 * 16 * wmw)), ldk(max(sk2, mtw1 * 16 * wmw))
+    return 4 * (max(ext1, sk2) * ldw1 + max(ext2, ska) * ldw2 + 2 * bm * ldx
+                + bm * (ldh + ldg + ldd))
+
+
 class Kernels:
     """Compiled prototype entries, prepared for cheap launches."""
 
@@ -101,6 +124,9 @@ class Kernels:
                 if bwd_smem(k, stage) <= MAX_SMEM:
                     jobs["bwd", name, stage] = ("frdmma_backward", {**k, "STAGE": stage},
                                                 "PPPPPPii", bwd_smem(k, stage))
+        for name, k in STEP.items():
+            if step_smem(k) <= MAX_SMEM:
+                jobs["step", name, 0] = ("frdmma_step", k, "PPPPPPPPPiif", step_smem(k))
         jobs["reduce"] = ("frdmma_reduce", {"REDUCE": 1}, "PPii", 0)
         t0 = time.perf_counter()
         # worker threads have no current context: the target is named here
@@ -113,13 +139,14 @@ class Kernels:
         with ThreadPoolExecutor(8) as pool:
             cubins = dict(zip(jobs, pool.map(lambda j: build(j[1]), jobs.values())))
         self.compile_s = time.perf_counter() - t0
-        self.fwd, self.bwd, self.info = {}, {}, {}
+        self.fwd, self.bwd, self.step, self.info = {}, {}, {}, {}
         for key, (entry, knobs, types, smem) in jobs.items():
             fn = drv.module_from_buffer(cubins[key]).get_function(entry)
             if smem > 48 * 1024:
                 fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
             fn.prepare(types)
-            threads = 32 * knobs.get("FWD_WARPS", knobs.get("BWD_WARPS", 8))
+            threads = 32 * knobs.get("FWD_WARPS", knobs.get("BWD_WARPS",
+                                                             knobs.get("STEP_WARPS", 8)))
             self.info["/".join(map(str, key if isinstance(key, tuple) else (key,)))] = {
                 "regs": fn.num_regs, "local_bytes": fn.local_size_bytes, "smem": smem}
             handle = (fn, smem, threads)
@@ -127,6 +154,8 @@ class Kernels:
                 self.reduce = handle
             elif key[0] == "fwd":
                 self.fwd[key[1], key[2]] = handle
+            elif key[0] == "step":
+                self.step[key[1]] = handle
             else:
                 self.bwd[key[1], key[2]] = handle
 
@@ -204,6 +233,44 @@ class Proto:
         else:
             res["logits"] = o["out"]
         return res
+
+
+class StepProto:
+    """The whole-step kernel and its one reduce at one batch: outputs allocated once."""
+
+    fused = 1
+
+    def __init__(self, ks: Kernels, x: dict, b: int, name: str, n_sm: int, gpuarray):
+        self.ks, self.x, self.b = ks, x, b
+        self.fn, self.smem, self.threads = ks.step[name]
+        self.chunk = chunk_for(b, STEP[name]["STEP_BM"], n_sm)
+        self.n = -(-b // self.chunk)
+        e = lambda *s: gpuarray.empty(s, np.float32)
+        self.out = {"scratch": e(self.n, S_PART), "red": e(S_PART), "grad_h_t": e(b, D),
+                    "ce": e(b, H)}
+
+    def step(self, grad_logits=None):
+        x, o = self.x, self.out
+        self.fn.prepared_async_call(
+            (self.n, 1, 1), (self.threads, 1, 1), None, x["h_t"].gpudata, x["w1"].gpudata,
+            x["b1"].gpudata, x["w2"].gpudata, x["b2"].gpudata, x["labels"].gpudata,
+            o["scratch"].gpudata, o["grad_h_t"].gpudata, o["ce"].gpudata, np.int32(self.b),
+            np.int32(self.chunk), np.float32(1.0 / self.b), shared_size=self.smem)
+        fn = self.ks.reduce[0]
+        fn.prepared_async_call((-(-S_PART // 32), 1, 1), (256, 1, 1), None,
+                               o["scratch"].gpudata, o["red"].gpudata, np.int32(self.n),
+                               np.int32(S_PART))
+
+    def poison(self):
+        for a in self.out.values():
+            a.fill(np.float32(np.nan))
+
+    def results(self) -> dict:
+        o = {k: v.get() for k, v in self.out.items()}
+        r, i = o["red"], HA * F
+        return {"grad_w2": r[:i].reshape(HA, F), "grad_b2": r[i:i + HA],
+                "grad_w1": r[i + HA:i + HA + F * D].reshape(F, D), "grad_b1": r[i + HA + F * D:],
+                "grad_h_t": o["grad_h_t"], "ce": o["ce"]}
 
 
 def rel(out: np.ndarray, want: np.ndarray) -> float:
@@ -343,36 +410,41 @@ def main(path: str) -> None:
         row["library"]["head_fwd_bwd_us"] = gpu_time_us(lambda: lib.head_step(g_lib))["median_us"]
         row["library"]["head_loss_fwd_bwd_us"] = gpu_time_us(lib.loss_step)["median_us"]
         protos = {}
-        for fname, b2name, b1name in COMBOS:
-            for fused in (1, 0):
-                name = f"{fname}+{b2name}/{b1name}+{'fused' if fused else 'head'}"
-                rec = {}
-                try:
-                    pr = Proto(ks, dx, b, fname, b2name, b1name, fused, n_sm, gpuarray)
-                    rec["chunks"] = [pr.f_chunk, pr.c2, pr.c1]
-                    pr.poison()
-                    pr.step(g_lib)
-                    res = pr.results()
-                    rec["all_written"] = bool(all(np.isfinite(v).all() for v in res.values()))
-                    rec["err"] = {k: rel(v, want[k]) for k, v in res.items()}
-                    # error over today's kernel's error on the same output (>> 1: a failure)
-                    rec["err_ratio_max"] = max(rec["err"][k] / max(lib_err[k], 1e-12)
-                                               for k in rec["err"])
-                    pr.poison()
-                    pr.step(g_lib)
-                    again = pr.results()
-                    rec["bitwise"] = all(res[k].tobytes() == again[k].tobytes() for k in res)
-                    if time.perf_counter() - t_start > TIME_BUDGET_S:
-                        rec["skipped_timing"] = True
-                    else:
-                        rec["us"] = gpu_time_us(lambda: pr.step(g_lib), reps=REPS)["median_us"]
+        cands = [(f"{fn}+{b2}/{b1}+{'fused' if fu else 'head'}",
+                  lambda fn=fn, b2=b2, b1=b1, fu=fu: Proto(ks, dx, b, fn, b2, b1, fu, n_sm, gpuarray))
+                 for fn, b2, b1 in COMBOS for fu in (1, 0)]
+        cands += [(f"{sn}+step", lambda sn=sn: StepProto(ks, dx, b, sn, n_sm, gpuarray))
+                  for sn in ks.step]
+        for name, make in cands:
+            rec = {}
+            try:
+                pr = make()
+                rec["chunks"] = ([pr.f_chunk, pr.c2, pr.c1] if isinstance(pr, Proto)
+                                 else [pr.chunk])
+                pr.poison()
+                pr.step(g_lib)
+                res = pr.results()
+                rec["all_written"] = bool(all(np.isfinite(v).all() for v in res.values()))
+                rec["err"] = {k: rel(v, want[k]) for k, v in res.items()}
+                # error over today's kernel's error on the same output (>> 1: a failure)
+                rec["err_ratio_max"] = max(rec["err"][k] / max(lib_err[k], 1e-12)
+                                           for k in rec["err"])
+                pr.poison()
+                pr.step(g_lib)
+                again = pr.results()
+                rec["bitwise"] = all(res[k].tobytes() == again[k].tobytes() for k in res)
+                if time.perf_counter() - t_start > TIME_BUDGET_S:
+                    rec["skipped_timing"] = True
+                else:
+                    rec["us"] = gpu_time_us(lambda: pr.step(g_lib), reps=REPS)["median_us"]
+                    if isinstance(pr, Proto):
                         rec["fwd_us"] = gpu_time_us(pr.forward, reps=REPS)["median_us"]
-                        gl = pr.out["out"] if fused else g_lib
+                        gl = pr.out["out"] if pr.fused else g_lib
                         rec["bwd_us"] = gpu_time_us(lambda: pr.backward(gl),
                                                     reps=REPS)["median_us"]
-                except Exception as e:  # one variant's failure must not end the run
-                    rec["error"] = repr(e)[:300]
-                protos[name] = rec
+            except Exception as e:  # one variant's failure must not end the run
+                rec["error"] = repr(e)[:300]
+            protos[name] = rec
         row["protos"] = protos
         row["torch"] = torch_yardstick(x, b)
         report["batches"][b] = row
@@ -394,12 +466,13 @@ def summarize(report: dict) -> None:
                           for k, v in tr.items()))
         ok = [(n, r) for n, r in row["protos"].items() if "us" in r]
         for n, r in sorted(ok, key=lambda nr: nr[1]["us"]):
-            print(f"  {n:28s} {r['us']:7.1f} us (fwd {r['fwd_us']:6.1f}, bwd {r['bwd_us']:6.1f})"
-                  f"  err/lib {r['err_ratio_max']:5.2f}  written {r['all_written']}"
-                  f"  bitwise {r['bitwise']}")
+            parts = (f"(fwd {r['fwd_us']:6.1f}, bwd {r['bwd_us']:6.1f})" if "fwd_us" in r
+                     else " " * 26)
+            print(f"  {n:34s} {r['us']:7.1f} us {parts}  err/lib {r['err_ratio_max']:5.2f}"
+                  f"  written {r['all_written']}  bitwise {r['bitwise']}")
         for n, r in row["protos"].items():
             if "error" in r:
-                print(f"  {n:28s} ERROR {r['error'][:150]}")
+                print(f"  {n:34s} ERROR {r['error'][:150]}")
     print(f"wall {report['wall_s']:.0f} s")
 
 
