@@ -8,6 +8,11 @@ the library's CUDA-event timer (median of warm batches) and cuBLAS TF32 GEMMs of
 shapes through torch as the yardstick. Prints a short table; writes everything to the JSON path.
 
     source .gpu/env.sh && python probes/frdhead_mma/run.py $OUT/frd_mma.json
+
+``--check-only`` runs the B = 333 checks alone (for compute-sanitizer, which is slow):
+
+    source .gpu/env.sh && compute-sanitizer --tool memcheck \
+        python probes/frdhead_mma/run.py $OUT/frd_mma_check.json --check-only
 """
 from __future__ import annotations
 
@@ -416,7 +421,7 @@ def floors(b: int) -> dict:
             "single_kernel_mem_us": single / 4.3e12 * 1e6}
 
 
-def main(path: str) -> None:
+def main(path: str, check_only: bool = False) -> None:
     t_start = time.perf_counter()
     drv = cuda()
     import pycuda.gpuarray as gpuarray
@@ -430,7 +435,7 @@ def main(path: str) -> None:
           + f"; local-memory SASS in {sorted(local) or 'none'}")
     rng = np.random.default_rng(32)
     fatal = None  # a sticky CUDA error (a faulting kernel) ends all GPU work; the JSON still lands
-    for b in (ODD_BATCH, *BATCHES):
+    for b in (ODD_BATCH, *(() if check_only else BATCHES)):
         if fatal:
             break
         timing = b != ODD_BATCH
@@ -551,4 +556,5 @@ def summarize(report: dict) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "frd_mma.json")
+    args = [a for a in sys.argv[1:] if a != "--check-only"]
+    main(args[0] if args else "frd_mma.json", "--check-only" in sys.argv)
