@@ -412,7 +412,8 @@ def torch_yardstick(x: dict, b: int) -> dict:
 def floors(b: int) -> dict:
     """Predicted floors: 3xTF32 compute at ~165 TFLOP/s (a third of dense TF32), the bytes the
     fused chain must move at 4.3 TB/s (h_t in twice, hidden out and in twice, grad_logits out and
-    in, dhidden out and in, grad_h_t out), and a single fused-kernel floor (h_t in, grad_h_t out)."""
+    in, dhidden out and in, grad_h_t out), and a single fused-kernel floor (h_t in, grad_h_t
+    out)."""
     flop = 2 * b * (D * F + F * HA) + 2 * b * (2 * HA * F + 2 * F * D)
     chain = 4 * b * (2 * D + 3 * F + 2 * HA + 2 * F + D + H + H)
     single = 4 * b * (2 * D + 2 * H)
@@ -455,7 +456,8 @@ def main(path: str, check_only: bool = False) -> None:
             row["library"]["head_loss_fwd_bwd_us"] = gpu_time_us(lib.loss_step)["median_us"]
         protos = {}
         cands = [(f"{fn}+{b2}/{b1}+{'fused' if fu else 'head'}",
-                  lambda fn=fn, b2=b2, b1=b1, fu=fu: Proto(ks, dx, b, fn, b2, b1, fu, n_sm, gpuarray))
+                  lambda fn=fn, b2=b2, b1=b1, fu=fu:
+                  Proto(ks, dx, b, fn, b2, b1, fu, n_sm, gpuarray))
                  for fn, b2, b1 in COMBOS for fu in (1, 0)]
         cands += [(f"{sn}+step", lambda sn=sn: StepProto(ks, dx, b, sn, n_sm, gpuarray))
                   for sn in ks.step]
@@ -546,7 +548,8 @@ def summarize(report: dict) -> None:
                      else " " * 26)
             print(f"  {n:34s} {us} {parts}  err/lib {r['err_ratio_max']:5.2f}"
                   f"  written {r['all_written']}  bitwise {r['bitwise']}")
-        for kind, base in (("+head", lib["head_fwd_bwd_us"]), ("+fused", lib["head_loss_fwd_bwd_us"]),
+        for kind, base in (("+head", lib["head_fwd_bwd_us"]),
+                           ("+fused", lib["head_loss_fwd_bwd_us"]),
                            ("+step", lib["head_loss_fwd_bwd_us"])):
             best = [(n, r) for n, r in timed if n.endswith(kind) and (n, r) not in bad]
             if best:

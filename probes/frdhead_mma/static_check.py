@@ -23,7 +23,8 @@ def variants() -> list[tuple[str, dict, str, int]]:
     out = []
     for n, k in run.FWD.items():
         for fused in (0, 1):
-            out.append((f"fwd/{n}/{fused}", {**k, "FUSED": fused}, "FWD_SMEM_FLOATS", run.fwd_smem(k)))
+            out.append((f"fwd/{n}/{fused}", {**k, "FUSED": fused}, "FWD_SMEM_FLOATS",
+                        run.fwd_smem(k)))
     for n, k in run.BWD.items():
         for st in (2, 1):
             if run.bwd_smem(k, st) <= run.MAX_SMEM:
