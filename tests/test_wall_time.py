@@ -30,3 +30,26 @@ def test_a_failing_provider_gets_an_error_and_the_others_go_on():
                   reps=4, target_s=0)
     assert got["bad"] == {"error": "RuntimeError: bad broke"}
     assert got["ok"]["reps"] == 4 and log.count("ok") == 2 + 4
+
+
+def test_the_train_step_rows_time_the_library_step_in_turns(monkeypatch):
+    from pycuda_heads.perf import train_bench
+
+    class Step:
+        def replay(self):
+            pass
+
+        def run(self):
+            pass
+
+        def synchronize(self):
+            pass
+    monkeypatch.setattr(train_bench, "model", lambda shape: ({}, {}))
+    monkeypatch.setattr(train_bench, "library_step", lambda shape, params, data: Step())
+    monkeypatch.setattr(train_bench, "kernel_sum_us", lambda step, reps: {"median_us": 1.0})
+    monkeypatch.setattr(train_bench, "adam_rows", lambda *a: [])
+    rows = train_bench.rows(lambda op, shape, pass_, provider, result: {
+        "shape": shape, "provider": provider, **result}, None, 4000.0, 0, print)
+    assert [r["provider"] for r in rows] == ["library_graph", "library_eager",
+                                             train_bench.KERNEL_SUM] * len(train_bench.SHAPES)
+    assert all("median_us" in r and "error" not in r for r in rows)

@@ -158,22 +158,28 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any | None, bandwidth_gbps: 
                     for p in ("library_graph", "library_eager", KERNEL_SUM)]
             continue
         sync = step.synchronize
-        for provider, fn in (("library_graph", step.replay), ("library_eager", step.run)):
-            out.append(row(TRAIN_STEP_OP, label, FWD_BWD, provider,
-                           _try(lambda: wall_us(fn, sync), warn, f"train_step {provider}")))
-        out.append(row(TRAIN_STEP_OP, label, FWD_BWD, KERNEL_SUM,
-                       _try(lambda: kernel_sum_us(step, reps), warn, "train_step kernel sum")))
+        steps = {"library_graph": (step.replay, sync), "library_eager": (step.run, sync)}
+        failed: dict[str, dict[str, Any]] = {}
         if torch is not None:
             from .torch_train import train_step
             inputs = [torch.from_numpy(data[n]).cuda() for n in ("ln", "h_t", "base", "y",
                                                                   "labels")]
             for provider, mode in PEERS.items():
-                def measure(mode: str | None = mode) -> dict[str, Any]:
+                try:
                     loss, plain = torch_model(torch, params)
-                    return wall_us(train_step(torch, loss, plain, inputs, mode),
-                                   torch.cuda.synchronize)
-                out.append(row(TRAIN_STEP_OP, label, FWD_BWD, provider,
-                               _try(measure, warn, f"train_step {provider}")))
+                    steps[provider] = (train_step(torch, loss, plain, inputs, mode),
+                                       torch.cuda.synchronize)
+                except Exception as exc:  # one provider failing never ends the run
+                    failed[provider] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+        timed = {**wall_us(steps), **failed}  # the providers in turns
+        for provider, result in timed.items():
+            if "error" in result:
+                warn(f"train_step {label} {provider}: {result['error']}")
+        for provider in ("library_graph", "library_eager"):
+            out.append(row(TRAIN_STEP_OP, label, FWD_BWD, provider, timed[provider]))
+        out.append(row(TRAIN_STEP_OP, label, FWD_BWD, KERNEL_SUM,
+                       _try(lambda: kernel_sum_us(step, reps), warn, "train_step kernel sum")))
+        out += [row(TRAIN_STEP_OP, label, FWD_BWD, p, timed[p]) for p in PEERS if p in timed]
         if shape is SHAPES[0]:
             out += adam_rows(row, torch, step, bandwidth_gbps, l2_bytes, warn, reps)
     return out
