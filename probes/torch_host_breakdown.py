@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 
 import torch
 
 import pycuda_heads.torch as pht
+from host_timing import per_call_runs
 from pycuda_heads.perf import torch_train
 from pycuda_heads.torch import launch, ops
 
@@ -23,16 +23,7 @@ CALLS, RUNS = 200, 21
 
 
 def timed(fn) -> dict[str, float]:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(RUNS):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-        runs.append((time.perf_counter() - t0) / CALLS * 1e6)
+    runs = per_call_runs(fn, torch.cuda.synchronize, CALLS, RUNS, warm=50)
     return {"min_us": round(min(runs), 2), "median_us": round(statistics.median(runs), 2)}
 
 

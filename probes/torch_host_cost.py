@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 
 import torch
 
 import pycuda_heads.torch as pht
+from host_timing import per_call_runs
 from pycuda_heads.records import git_state
 
 CALLS, REPS = 2000, 5
@@ -23,17 +23,7 @@ CALLS, REPS = 2000, 5
 
 def per_call_us(fn) -> float:
     """Median over REPS runs of CALLS calls of the wall time per call (one sync a run)."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(REPS):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        torch.cuda.synchronize()
-        runs.append((time.perf_counter() - t0) / CALLS * 1e6)
-    return statistics.median(runs)
+    return statistics.median(per_call_runs(fn, torch.cuda.synchronize, CALLS, REPS, warm=200))
 
 
 def main(out: str) -> None:

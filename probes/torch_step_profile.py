@@ -12,25 +12,15 @@ import io
 import json
 import pstats
 import sys
-import time
 
 import torch
 
+from host_timing import per_call_runs
 from pycuda_heads.perf import torch_train
 
 
 def per_step_us(step, runs: int = 11, n: int = 200) -> float:
-    for _ in range(20):
-        step()
-    torch.cuda.synchronize()
-    best = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        torch.cuda.synchronize()
-        best.append((time.perf_counter() - t0) / n * 1e6)
-    return round(min(best), 1)
+    return round(min(per_call_runs(step, torch.cuda.synchronize, n, runs, warm=20)), 1)
 
 
 def main(out: str) -> None:

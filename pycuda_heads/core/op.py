@@ -24,7 +24,7 @@ class Launch(NamedTuple):
     params: dict[str, Any]
     #: the kernel's launch as a bound method: a call naming every argument then binds them in
     #: place, where calling the kernel object would first build a dict of them (about 4,500
-    #: interpreter instructions a launch, counted by probes/host_cost_instructions.py)
+    #: machine instructions a launch under valgrind; probes/host_cost_instructions.py)
     kernel: Callable[..., None]
     grid: tuple
     block: tuple

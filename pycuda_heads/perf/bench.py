@@ -172,10 +172,6 @@ def _load_peers(torch_device: str) -> tuple[Any, str, str]:
     return peers, peers.torch.__version__, ""
 
 
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400]
-
-
 class Bench:
     """One run: measures op x shape x pass x provider and appends the rows per shape."""
 
@@ -267,8 +263,8 @@ class Bench:
                 again = self.harness.time(fn, self.reps)
                 t = min(t, again, key=_spread)
         except Exception as exc:  # one failing provider must not end the run
-            log.warning("%s failed: %s", what, _error(exc))
-            return {"error": _error(exc)}
+            log.warning("%s failed: %s", what, timing.error_text(exc))
+            return {"error": timing.error_text(exc)}
         out = {k: t[k] for k in ("median_us", "p20_us", "p80_us", "reps", "python_call_us")}
         out["noisy"] = int(_spread(t) > records.NOISY_SPREAD)
         return out
@@ -289,7 +285,7 @@ class Bench:
                 obj = self._library(op, provider, case)
                 calls[provider] = _chain([_bound(k, obj, x_lib) for k in case.kernels])
             except Exception as exc:
-                calls[provider] = _error(exc)
+                calls[provider] = timing.error_text(exc)
         if self.peers is not None:
             for provider in PEERS:
                 if any(k.peer is None for k in case.kernels):
@@ -362,7 +358,7 @@ class Bench:
         try:
             err = self.peers.max_rel_err(library_out, _as_tuple(peer()))
         except Exception as exc:
-            log.warning("peer check failed: %s", _error(exc))
+            log.warning("peer check failed: %s", timing.error_text(exc))
             return None
         if err > 1e-3:
             log.warning("torch peer disagrees with the library: max rel err %.3g", err)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..catalog import SUITE_TEMPLATE, catalog
 from ..records import FWD_BWD, STEP_OP, dims_label
+from .timing import error_text
 
 SHAPES = ({"B": 2, "K": 8}, {"B": 256, "K": 64})
 LIBRARY = ("library_eager", "library_graph")
@@ -34,6 +35,11 @@ def inputs(shape: Mapping[str, int], seed: int = 0) -> dict[str, np.ndarray]:
     return x
 
 
+def error(exc: Exception) -> dict[str, str]:
+    """A provider's result when it failed: the error, short enough for a CSV cell."""
+    return {"error": error_text(exc)}
+
+
 def wall_us(steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]], reps: int = 9,
             target_s: float = 0.05) -> dict[str, dict[str, Any]]:
     """Per provider of ``steps`` (name -> (step, sync)): the median (p20, p80) wall time per
@@ -46,8 +52,6 @@ def wall_us(steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]], r
     samples: dict[str, list[float]] = {}
     out: dict[str, dict[str, Any]] = {}
 
-    def fail(name: str, exc: Exception) -> None:
-        out[name] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
 
     def run(name: str, n: int) -> float:
         step, sync = steps[name]
@@ -63,7 +67,7 @@ def wall_us(steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]], r
             counts[name] = max(20, int(target_s / max(run(name, 10) / 10, 1e-7)))
             samples[name] = []
         except Exception as exc:
-            fail(name, exc)
+            out[name] = error(exc)
     for r in range(reps):
         live = list(samples)
         k = r % len(live) if live else 0
@@ -71,7 +75,7 @@ def wall_us(steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]], r
             try:
                 samples[name].append(run(name, counts[name]) / counts[name] * 1e6)
             except Exception as exc:
-                fail(name, exc)
+                out[name] = error(exc)
                 del samples[name]
     for name, got in samples.items():
         out[name] = {"median_us": float(np.median(got)), "p20_us": float(np.percentile(got, 20)),

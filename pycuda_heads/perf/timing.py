@@ -97,3 +97,8 @@ def gpu_time_us(fn: Callable[[], object], reps: int = 30, warmup: int = 3,
     return {"median_us": float(np.median(gpu)), "p20_us": float(np.percentile(gpu, 20)),
             "p80_us": float(np.percentile(gpu, 80)), "reps": int(reps), "batch": int(n),
             "python_call_us": float(np.median(host)), "samples_us": [float(g) for g in gpu]}
+
+
+def error_text(exc: BaseException) -> str:
+    """What a failed measurement records: the error on one line, short enough for a CSV cell."""
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:400]

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..catalog import SUITE_TEMPLATE, catalog
 from ..records import FWD_BWD, TORCH_TRAIN_OP, dims_label
-from .step_bench import wall_us
+from .step_bench import error, wall_us
 
 MODELS = ("frd", "pool")
 SHAPES = {"frd": ({"B": 256}, {"B": 4096}, {"B": 65536}),
@@ -153,7 +153,7 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any,
                         train_step(torch, fn, params, batch(torch, model, shape), MODES[mode])
                     steps[provider] = (step, torch.cuda.synchronize)
                 except Exception as exc:
-                    failed[provider] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+                    failed[provider] = error(exc)
             timed = {**wall_us(steps), **failed}
             for provider, result in timed.items():
                 if "error" in result:

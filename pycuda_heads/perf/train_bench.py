@@ -22,7 +22,7 @@ from ..catalog import SUITE_TEMPLATE, catalog
 from ..core.compile import recorded_launches
 from ..records import FWD_BWD, TRAIN_ADAM_OP, TRAIN_STEP_OP, dims_label
 from . import timing
-from .step_bench import wall_us
+from .step_bench import error, wall_us
 
 SHAPES = ({"B": 2, "K": 8}, {"B": 256, "K": 64}, {"B": 4096, "K": 256})
 H, D, A = SUITE_TEMPLATE["N_HORIZONS"], SUITE_TEMPLATE["HIDDEN_DIM"], SUITE_TEMPLATE["N_ATOMS"]
@@ -99,7 +99,7 @@ def _try(fn: Callable[[], dict[str, Any]], warn: Callable[[str], None],
         return fn()
     except Exception as exc:  # one provider failing never ends the run
         warn(f"{what}: {type(exc).__name__}: {exc}")
-        return {"error": f"{type(exc).__name__}: {exc}"[:400]}
+        return error(exc)
 
 
 def adam_rows(row: Callable[..., dict[str, Any]], torch: Any | None, step: Any,
@@ -170,7 +170,7 @@ def rows(row: Callable[..., dict[str, Any]], torch: Any | None, bandwidth_gbps: 
                     steps[provider] = (train_step(torch, loss, plain, inputs, mode),
                                        torch.cuda.synchronize)
                 except Exception as exc:  # one provider failing never ends the run
-                    failed[provider] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+                    failed[provider] = error(exc)
         timed = {**wall_us(steps), **failed}  # the providers in turns
         for provider, result in timed.items():
             if "error" in result:
