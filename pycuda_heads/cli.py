@@ -1,5 +1,5 @@
-"""The ``pycuda-heads`` command: check, validate, tune, sweep, export, prune, efficiency,
-bench, smoke, report."""
+"""The ``pycuda-heads`` command: check, identity, restamp, validate, tune, sweep, export, prune,
+efficiency, bench, smoke, report."""
 from __future__ import annotations
 
 import argparse
@@ -82,8 +82,8 @@ def parser() -> argparse.ArgumentParser:
     from . import smoke
     from .perf import bench
     from .report import build
-    from .verify import static_check, validation
-    for module in (static_check, validation, _tuner(), bench, smoke, build):
+    from .verify import identity, static_check, validation
+    for module in (static_check, identity, validation, _tuner(), bench, smoke, build):
         module.register(sub)
     return out
 

@@ -2,8 +2,10 @@
 
 A variant is (kernel family, constants): the family names ``cu/<family>.cu``; the constants
 (template constants such as N_HORIZONS and launch knobs such as BLOCK) become a ``#define``
-prelude. The shared header is inlined, so the rendered text is self-contained: it is what
-SourceModule compiles on the GPU and what the static check compiles with plain nvcc.
+prelude. Every header the family includes (``#include "name.cuh"``, looked up beside the family's
+``.cu`` and then in the package's ``cu/``, nested includes too) is inlined once, so the rendered
+text is self-contained: it is what SourceModule compiles on the GPU, what the static check
+compiles with plain nvcc, and (rendered with no constants) what the family's source hash covers.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 COMMON_HEADER = "heads_common.cuh"
-_INCLUDE = f'#include "{COMMON_HEADER}"'
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
 # Prepared-call type letters of the C parameter types the kernels use.
 _ARG_TYPES = {"float*": "P", "int*": "P", "long long*": "P", "float": "f", "int": "i",
               "long long": "q", "unsigned int": "I", "double": "d"}
@@ -36,13 +38,28 @@ def _read(path: Path) -> str:
 
 
 def family_source(family: str, source_dir: Path | None = None) -> str:
-    """``<family>.cu`` with the shared header inlined (no constants yet)."""
+    """``<family>.cu`` with every header it includes inlined (no constants yet)."""
     folder = Path(source_dir) if source_dir is not None else cu_dir()
     path = folder / f"{family}.cu"
     if not path.is_file():
         known = sorted(p.stem for p in folder.glob("*.cu"))
         raise ValueError(f"unknown kernel family {family!r}: no {path}; found {known}")
-    return _read(path).replace(_INCLUDE, _read(cu_dir() / COMMON_HEADER))
+    return _inline(_read(path), (folder, cu_dir()), set())
+
+
+def _inline(text: str, folders: tuple[Path, ...], seen: set[str]) -> str:
+    """``text`` with each quoted include replaced by the header's own text, inlined likewise;
+    a header already inlined becomes an empty line (every header is included once)."""
+    def header(m: re.Match) -> str:
+        name = m.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        path = next((f / name for f in folders if (f / name).is_file()), None)
+        if path is None:
+            raise FileNotFoundError(f"#include \"{name}\": not in {', '.join(map(str, folders))}")
+        return _inline(_read(path), folders, seen)
+    return _INCLUDE.sub(header, text)
 
 
 def render(family: str, constants: Mapping[str, Any], source_dir: Path | None = None) -> str:

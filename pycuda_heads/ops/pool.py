@@ -1,5 +1,5 @@
-"""Per-horizon attention pool (cu/pool.cu): N_HORIZONS learned queries attend over a
-layer-normed sequence ln[B, K, HIDDEN_DIM]."""
+"""Per-horizon attention pool (cu/pool.cu and the headers it includes): N_HORIZONS learned
+queries attend over a layer-normed sequence ln[B, K, HIDDEN_DIM]."""
 from __future__ import annotations
 
 import math
@@ -11,6 +11,8 @@ from .. import reference as ref
 from ..core import device
 from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
+from ..core.sizes import HeaderSizes
+from ..core.source import cu_dir
 from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
@@ -18,10 +20,14 @@ from .reduce import reducer
 # The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2 and 3 cannot).
 MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 
+# Register rows and shared-memory regions as the kernels declare them (cu/pool_sizes.cuh; the
+# row layout's ROW_PER_LANE in heads_common.cuh).
+SIZES = HeaderSizes(cu_dir() / "heads_common.cuh", cu_dir() / "pool_sizes.cuh")
+
 # Per-lane register rows. LAYOUT 0: q (and acc, or grad_ctx/q/grad_q in the backward) for every
 # horizon plus UNROLL rows of ln in flight; LAYOUT 1: UNROLL rows of ln plus one (two in the
 # backward) rows of q or grad_ctx. Beyond these budgets ptxas spills.
-_ROW = "((HIDDEN_DIM + 32 * VEC - 1) // (32 * VEC) * VEC)"
+_ROW = SIZES.expr("ROW_PER_LANE")
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
            "LAYOUT": (0, 1, 2, 3)}
@@ -34,12 +40,10 @@ _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 
 _LAYOUT2 = {"GROUP": (8, 16, 32), "TEAMS": (1, 2, 4, 8), "GRID": (0, 1, 2, 3, 4),
             "MIN_BLOCKS": (0, 2, 3, 4), "STAGES": (2, 3, 4, 6, 8)}
 _PINNED = "(GROUP, TEAMS, GRID, MIN_BLOCKS, STAGES) == (32, 1, 0, 0, 4)"
-# LAYOUT 3's knob: floats of ln per shared-memory chunk (CHUNK // HIDDEN_DIM keys); the other
-# layouts pin it. Its tiles: TK keys a thread, T1 threads a D slice, KSPLIT slices.
+# LAYOUT 3's knob: floats of ln per shared-memory chunk (KC = CHUNK // HIDDEN_DIM keys); the
+# other layouts pin it. Its tiles: TK keys a thread, T1 threads a D slice, KSPLIT slices.
 _CHUNK = {"CHUNK": (2048, 4096, 8192)}
-_KC = "(CHUNK // HIDDEN_DIM)"
-_TK = f"(2 if N_HORIZONS * {_KC} >= 2 * BLOCK else 1)"
-_T1 = f"(N_HORIZONS * {_KC} // (4 * {_TK}))"
+_KC, _TK, _T1 = SIZES.expr("KC"), SIZES.expr("TK"), SIZES.expr("T1")
 _LAYOUT3 = (
     "LAYOUT == 3 or CHUNK == 4096",
     f"LAYOUT != 3 or ({_PINNED} and VEC == 4 and UNROLL == 1 and N_HORIZONS % 4 == 0 "
@@ -55,65 +59,17 @@ _LAYOUT2_LIMITS = (
     # horizon and key, reports/nvidia-h200/probes/pool_forward_layouts.json); LAYOUT 1 serves them
     "LAYOUT != 2 or N_HORIZONS * HIDDEN_DIM <= 2048")
 # LAYOUT 2 per lane: GCOLS columns of each row it holds.
-_GCOLS = "((HIDDEN_DIM + GROUP * VEC - 1) // (GROUP * VEC) * VEC)"
-
-
-def _nwarps(p: Mapping[str, Any]) -> int:
-    return p["BLOCK"] // 32
-
-
-def _tile_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    """LAYOUT 1's weighted_rows partial sums: SLICES*ITEMS tiles of HTILE*VEC floats."""
-    h, d = env["N_HORIZONS"], env["HIDDEN_DIM"]
-    tile = min(h, 8)
-    items = -(-h // tile) * (d // p["VEC"])
-    return 0 if items >= p["BLOCK"] else 4 * (p["BLOCK"] // items) * items * tile * p["VEC"]
-
-
-def _step_keys(p: Mapping[str, Any]) -> int:
-    """LAYOUT 2: keys a warp takes a step (its ring slot holds their ln rows), GROUP_KEYS for
-    each of its 32 // GROUP lane groups."""
-    return 32 // p["GROUP"] * p["GROUP_KEYS"]
-
-
-def _chunk_floats(p: Mapping[str, Any], env: Mapping[str, Any]) -> tuple[int, int]:
-    """LAYOUT 3: (floats of the queries and the two ln chunks, floats of the partial products)."""
-    h, d = env["N_HORIZONS"], env["HIDDEN_DIM"]
-    kc = p["CHUNK"] // d
-    t1 = h * kc // (4 * (2 if h * kc >= 2 * p["BLOCK"] else 1))
-    return (h + 2 * kc) * (d + 4), max(p["BLOCK"] // t1, 1) * h * kc
+_GCOLS = SIZES.expr("GCOLS")
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
-    if p["LAYOUT"] == 1:
-        return _tile_bytes(p, env)
-    if p["LAYOUT"] == 2 and p["LANE_ACC"]:  # ring, queries, weights, scores in smem
-        keys = _step_keys(p)
-        return 4 * (w * p["STAGES"] * keys * d + -(-h * d // 4) * 4 + w * h * keys
-                    + p["SMEM_SCORES"] * w * h * k)
-    if p["LAYOUT"] == 2:  # ring, queries unless in registers, merge buffers unless TW == 1,
-        merge = 0 if p["TEAMS"] == w else 2 * w * h * d + 4 * w * h  # scores in smem
-        return 4 * (w * p["STAGES"] * _step_keys(p) * d + (0 if p["QREG"] else h * d)
-                    + merge + p["SMEM_SCORES"] * w * h * k)
-    if p["LAYOUT"] == 3:  # queries, ln chunks, partial scores, max/sum/rescale
-        rows, products = _chunk_floats(p, env)
-        return 4 * (rows + products + 3 * h)
-    return 4 * (h * k + 2 * w * h + w * h * d + 2 * h)
+    """Dynamic shared memory of the forward at ``p`` (template constants and K in ``env``)."""
+    return 4 * SIZES.value(f"POOL_FORWARD_FLOATS_L{p['LAYOUT']}", {**env, **p})
 
 
 def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    h, d, k, w = env["N_HORIZONS"], env["HIDDEN_DIM"], env["K"], _nwarps(p)
-    if p["LAYOUT"] == 1:
-        return _tile_bytes(p, env)
-    if p["LAYOUT"] == 2:  # ring (ln rows, attn and grad_attn), reused for the warps' partials
-        keys = _step_keys(p)
-        slot = keys * d + -(-2 * h * keys // 4) * 4
-        return 4 * (w * max(p["STAGES"] * slot, h * d) + h * d)
-    if p["LAYOUT"] == 3:  # queries, grad_ctx, ln chunks, partial products, attn chunk, c
-        rows, products = _chunk_floats(p, env)
-        return 4 * (rows + h * (d + 4) + products + h * (p["CHUNK"] // d) + h)
-    return 4 * (2 * h * k + h + w * h * d)
+    """Dynamic shared memory of the backward at ``p`` (template constants and K in ``env``)."""
+    return 4 * SIZES.value(f"POOL_BACKWARD_FLOATS_L{p['LAYOUT']}", {**env, **p})
 
 
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)

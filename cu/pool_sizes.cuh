@@ -1,0 +1,74 @@
+// The pool's sizes, declared once: the kernels take their per-lane register rows and their
+// dynamic shared-memory regions from these macros, and the host (pycuda_heads/ops/pool.py)
+// reads this file for its restrictions and launch sizes. Each is an integer expression over
+// the template constants, the launch knobs and K (the kernels' key count: the POOL_*_FLOATS
+// totals, in floats, are per launch); the host evaluates `/` as floor division.
+#define NWARPS (BLOCK / 32)
+
+// LAYOUT 0: per warp a partial row [N_HORIZONS][HIDDEN_DIM] (forward: context, backward:
+// grad_q_h), a row of scores [N_HORIZONS][K] (two in the backward: attn, dw then ds), per-warp
+// and merged max and sum (forward) or c (backward) per horizon.
+#define L0_WARP_ROWS (NWARPS * N_HORIZONS * HIDDEN_DIM)
+#define L0_SCORES (N_HORIZONS * K)
+#define L0_STATS (NWARPS * N_HORIZONS)
+#define POOL_FORWARD_FLOATS_L0 (L0_WARP_ROWS + L0_SCORES + 2 * L0_STATS + 2 * N_HORIZONS)
+#define POOL_BACKWARD_FLOATS_L0 (L0_WARP_ROWS + 2 * L0_SCORES + N_HORIZONS)
+
+// LAYOUT 1: weighted_rows' items, tiles of HTILE horizons by VEC columns, shared by SLICES
+// threads each when there are fewer items than threads; their partial sums in shared memory.
+#define HTILE (N_HORIZONS < 8 ? N_HORIZONS : 8)
+#define DCHUNKS (HIDDEN_DIM / VEC)
+#define ITEMS ((N_HORIZONS + HTILE - 1) / HTILE * DCHUNKS)
+#define SLICES (ITEMS < BLOCK ? BLOCK / ITEMS : 1)
+#define POOL_FORWARD_FLOATS_L1 (ITEMS < BLOCK ? SLICES * ITEMS * HTILE * VEC : 0)
+#define POOL_BACKWARD_FLOATS_L1 POOL_FORWARD_FLOATS_L1
+
+// LAYOUT 2: KPW lane groups of GROUP lanes a warp, SKEYS keys a warp step, GCOLS columns of a
+// row a lane, TW warps a team. A ring slot holds a step's ln rows (FSLOT); the backward's
+// also attn and grad_attn at those keys, rounded up to keep slots 16-byte aligned (BSLOT).
+#define KPW (32 / GROUP)
+#define SKEYS (KPW * GROUP_KEYS)
+#define GCHUNKS ((HIDDEN_DIM + GROUP * VEC - 1) / (GROUP * VEC))
+#define GCOLS (GCHUNKS * VEC)
+#define TW (NWARPS / TEAMS)
+// The forward's accumulators a lane: its own columns of every row with LANE_ACC, else a group's.
+#define L2_ACC_COLS (LANE_ACC ? ROW_PER_LANE : GCOLS)
+#define FSLOT (SKEYS * HIDDEN_DIM)
+#define BEXTRA ((2 * N_HORIZONS * SKEYS + 3) / 4 * 4)
+#define BSLOT (FSLOT + BEXTRA)
+// Forward: the rings; the scaled queries (with LANE_ACC rounded up to 4, else none with QREG);
+// with LANE_ACC the weights [NWARPS][N_HORIZONS][SKEYS]; without it and with teams of several
+// warps the merge accumulators [2][NWARPS][N_HORIZONS*HIDDEN_DIM] and max/sum
+// [2][NWARPS][N_HORIZONS][2]; with SMEM_SCORES the raw scores [NWARPS][N_HORIZONS*K].
+#define L2_RINGS (NWARPS * STAGES * FSLOT)
+#define L2_QUERIES (LANE_ACC ? (N_HORIZONS * HIDDEN_DIM + 3) / 4 * 4 \
+                             : QREG ? 0 : N_HORIZONS * HIDDEN_DIM)
+#define L2_WEIGHTS (LANE_ACC ? NWARPS * N_HORIZONS * SKEYS : 0)
+#define L2_MERGE_ACC (2 * NWARPS * N_HORIZONS * HIDDEN_DIM)
+#define L2_MERGE (LANE_ACC || TW == 1 ? 0 : L2_MERGE_ACC + 4 * NWARPS * N_HORIZONS)
+#define L2_SCORES (SMEM_SCORES * NWARPS * N_HORIZONS * K)
+#define POOL_FORWARD_FLOATS_L2 (L2_RINGS + L2_QUERIES + L2_WEIGHTS + L2_MERGE + L2_SCORES)
+// Backward: the rings [NWARPS][STAGES][BSLOT], reused at the end for the per-warp partials
+// [NWARPS][N_HORIZONS*HIDDEN_DIM] (the region is the larger of the two), then the queries.
+#define BRING (NWARPS * (STAGES * BSLOT > N_HORIZONS * HIDDEN_DIM ? STAGES * BSLOT \
+                                                                    : N_HORIZONS * HIDDEN_DIM))
+#define POOL_BACKWARD_FLOATS_L2 (BRING + N_HORIZONS * HIDDEN_DIM)
+
+// LAYOUT 3: chunks of KC keys; score tiles of 4 horizons by TK keys, T1 threads a D slice,
+// KSPLIT slices of DSLICE columns. Shared rows are padded to WROW floats: float4 reads of 8
+// rows cover all 32 banks.
+#define WROW (HIDDEN_DIM + 4)
+#define KC (CHUNK / HIDDEN_DIM)
+#define TK (N_HORIZONS * KC >= 2 * BLOCK ? 2 : 1)
+#define T1 (N_HORIZONS * KC / (4 * TK))
+#define KSPLIT (BLOCK / T1 > 0 ? BLOCK / T1 : 1)
+#define DSLICE (HIDDEN_DIM / KSPLIT)
+// Forward: queries [N_HORIZONS][WROW], ln chunks [2][KC][WROW], partial scores
+// [KSPLIT][N_HORIZONS][KC], running max, sum and rescale [3][N_HORIZONS]. Backward: queries
+// and grad_ctx, the chunks, partial products, attn [N_HORIZONS][KC] and c [N_HORIZONS].
+#define L3_ROWS (N_HORIZONS * WROW)
+#define L3_CHUNKS (2 * KC * WROW)
+#define L3_PRODUCTS (KSPLIT * N_HORIZONS * KC)
+#define POOL_FORWARD_FLOATS_L3 (L3_ROWS + L3_CHUNKS + L3_PRODUCTS + 3 * N_HORIZONS)
+#define POOL_BACKWARD_FLOATS_L3 (2 * L3_ROWS + L3_CHUNKS + L3_PRODUCTS + N_HORIZONS * KC \
+                                 + N_HORIZONS)

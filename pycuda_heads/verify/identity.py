@@ -1,0 +1,315 @@
+"""Proof that a restructuring of a family's sources left its compiled code alone, and the carrying
+of its tuned entries over to the new source hash: the ``pycuda-heads identity`` and
+``pycuda-heads restamp`` commands.
+
+``identity FAMILY --base REV`` renders each variant of the family twice, from git revision REV
+(a fresh process importing that revision's package) and from this checkout, compiles both with
+the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares them:
+the PTX with its comment lines dropped, the cubin byte for byte, and the host side (shared-memory
+bytes and whether the launch restrictions hold) at a few shapes. The variants are every tuned
+entry of the family shipped in the tables, the space defaults at every suite template and a
+seeded sample of other space points, each layout among them. The proof is a JSON file.
+
+``restamp FAMILY --proof FILE`` then rewrites the ``source_hash`` of the family's shipped tuned
+entries from the proof's base hash to the installed one, and nothing else; it refuses unless the
+proof is complete (every such entry compared), all equal, and made of the installed sources.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .. import records
+from ..catalog import SUITE_TEMPLATE, catalog
+from ..core.compile import NVCC_OPTIONS
+from ..core.op import op_source_hash
+from ..core.tuned import table_dir
+from .static_check import NvccUnavailableError, nvcc_version
+
+ARCH = "sm_90"
+# K values at which the host side (shared bytes, launch restrictions) is compared.
+HOST_KEYS = (1, 8, 64, 257, 4096)
+# Run in a fresh interpreter with one tree's package first on the path: the rendered source,
+# shared bytes, launch validity and family source hash of each variant read from stdin.
+_RENDER = r"""
+import json, sys
+from pycuda_heads.catalog import catalog
+from pycuda_heads.core.op import op_source_hash
+from pycuda_heads.core.source import render
+cat, out = catalog(), []
+for v in json.load(sys.stdin):
+    spec = cat[v["kernel"]]
+    env = {**v["template"]}
+    host = {}
+    for label, shape in v["shapes"].items():
+        names = {**env, **shape}
+        host[label] = {"shared_bytes": spec.space.shared_bytes(v["params"], names),
+                       "runs": spec.space.violated(v["params"], env, shape) is None}
+    out.append({"source": render(spec.family, {**spec.template(env), **v["params"]},
+                                 spec.source_dir),
+                "host": host, "source_hash": op_source_hash(spec.op)})
+json.dump(out, sys.stdout)
+"""
+
+
+class ProofError(ValueError):
+    """A proof that cannot carry tuned entries over (incomplete, unequal or of other sources)."""
+
+
+def _repo_root() -> Path:
+    out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse",
+                          "--show-toplevel"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def _revision(root: Path, rev: str) -> str:
+    out = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ValueError(f"--base {rev}: not a commit of {root}")
+    return out.stdout.strip()
+
+
+def _render_in(tree: Path, variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run([sys.executable, "-c", _RENDER], input=json.dumps(variants), env=env,
+                          cwd=tree, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"rendering in {tree} failed:\n{proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+def render_at(rev: str | None, variants: list[dict[str, Any]],
+              root: Path | None = None) -> list[dict[str, Any]]:
+    """Each variant rendered by git revision ``rev`` (None: the working tree) in a fresh
+    process: ``{"source", "host", "source_hash"}``."""
+    root = root or _repo_root()
+    if rev is None:
+        return _render_in(root, variants)
+    with tempfile.TemporaryDirectory(prefix="pycuda-heads-base-") as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", rev],
+                                 capture_output=True, check=True).stdout
+        tar_path = Path(tmp) / "tree.tar"
+        tar_path.write_bytes(archive)
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(Path(tmp) / "tree", filter="data")
+        return _render_in(Path(tmp) / "tree", variants)
+
+
+_COMMENT = re.compile(r"^\s*//.*\n", re.M)
+
+
+def strip_ptx(ptx: str) -> str:
+    """PTX without its comment lines (compiler build banners) and ``.file`` lines."""
+    return "".join(line for line in _COMMENT.sub("", ptx).splitlines(keepends=True)
+                   if not line.lstrip().startswith(".file"))
+
+
+def compile_digests(source: str) -> dict[str, str]:
+    """sha256 of the stripped PTX (compute_90) and of the cubin (sm_90) of ``source``, compiled
+    as the library compiles; cached on disk by source, options and nvcc version."""
+    key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, ARCH, nvcc_version()))
+                         .encode()).hexdigest()[:24]
+    root = os.environ.get("PYCUDA_HEADS_CACHE") or Path.home() / ".cache" / "pycuda-heads"
+    cached = Path(root) / "identity" / f"{key}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    with tempfile.TemporaryDirectory(prefix="pycuda-heads-") as tmp:
+        cu, ptx, cubin = (Path(tmp) / n for n in ("v.cu", "v.ptx", "v.cubin"))
+        cu.write_text(source)
+        for cmd in (["nvcc", *NVCC_OPTIONS, f"-arch={ARCH.replace('sm_', 'compute_')}",
+                     "--ptx", "-o", str(ptx), str(cu)],
+                    ["ptxas", f"-arch={ARCH}", "-o", str(cubin), str(ptx)]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr.strip()}")
+        out = {"ptx": hashlib.sha256(strip_ptx(ptx.read_text()).encode()).hexdigest(),
+               "cubin": hashlib.sha256(cubin.read_bytes()).hexdigest()}
+    records.write_json(cached, out)
+    return out
+
+
+def shipped_entries(family: str, tables: Iterable[Path] | None = None) -> list[dict[str, Any]]:
+    """The family's tuned entries in the shipped tables (each with its table's slug)."""
+    out = []
+    for path in sorted(tables if tables is not None else table_dir().glob("*.json")):
+        for entry in json.loads(path.read_text()).get("entries", ()):
+            if entry["kernel"].partition(".")[0] == family:
+                out.append({**entry, "table": path.stem})
+    return out
+
+
+def _shapes(shape: Mapping[str, int] | None) -> dict[str, dict[str, int]]:
+    out = {f"B=2,K={k}": {"B": 2, "K": k} for k in HOST_KEYS}
+    if shape:
+        out[records.dims_label(shape)] = {k: int(v) for k, v in shape.items()}
+    return out
+
+
+def variants(family: str, sample: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Shipped tuned entries, defaults at every suite template, then ``sample`` other space
+    points per kernel (seeded; the same number of each layout where the space has one)."""
+    specs = [s for s in catalog() if s.family == family]
+    if not specs:
+        raise ValueError(f"unknown kernel family {family!r}")
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+
+    def add(kernel: str, template: Mapping[str, int], params: Mapping[str, Any],
+            shape: Mapping[str, int] | None, origin: str) -> None:
+        key = json.dumps([kernel, template, params], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append({"kernel": kernel, "template": dict(template), "params": dict(params),
+                        "shapes": _shapes(shape), "origin": origin})
+
+    for e in shipped_entries(family):
+        add(e["kernel"], e["template"], e["params"], e["shape"], f"tuned {e['table']}")
+    rng = random.Random(seed)
+    for spec in specs:
+        templates = {json.dumps(t, sort_keys=True): t for t, _ in
+                     spec.suite_points(SUITE_TEMPLATE)}
+        for t in templates.values():
+            add(spec.id, t, spec.space.default, None, "default")
+        points = [(t, p) for t in templates.values() for p in spec.space.points(t)]
+        layouts: dict[Any, list] = {}
+        for t, p in points:
+            layouts.setdefault(p.get("LAYOUT"), []).append((t, p))
+        for group in layouts.values():
+            group = [(t, p) for t, p in group  # points not already listed
+                     if json.dumps([spec.id, t, p], sort_keys=True) not in seen]
+            for t, p in rng.sample(group, min(len(group), -(-sample // len(layouts)))):
+                add(spec.id, t, p, None, "sample")
+    return out
+
+
+def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
+          root: Path | None = None) -> dict[str, Any]:
+    """The identity proof of ``family`` between revision ``base`` and the working tree."""
+    root = root or _repo_root()
+    revision = _revision(root, base)
+    todo = variants(family, sample)
+    before, after = render_at(revision, todo, root), render_at(None, todo, root)
+    with ThreadPoolExecutor(jobs) as pool:
+        digests = list(pool.map(compile_digests, [r["source"] for r in (*before, *after)]))
+    rows = []
+    for i, v in enumerate(todo):
+        old, new = digests[i], digests[len(todo) + i]
+        host_equal = before[i]["host"] == after[i]["host"]
+        rows.append({**{k: v[k] for k in ("kernel", "template", "params", "origin")},
+                     "base": {**old, "host": before[i]["host"]},
+                     "head": {**new, "host": after[i]["host"]},
+                     "ptx_equal": old["ptx"] == new["ptx"],
+                     "cubin_equal": old["cubin"] == new["cubin"], "host_equal": host_equal,
+                     "equal": old["ptx"] == new["ptx"] and old["cubin"] == new["cubin"]
+                     and host_equal})
+    state = records.git_state(root)
+    return {"family": family,
+            "base": {"revision": revision, "source_hash": before[0]["source_hash"]},
+            "head": {"revision": state["commit"], "dirty": state["dirty"],
+                     "source_hash": after[0]["source_hash"]},
+            "nvcc": nvcc_version(), "options": list(NVCC_OPTIONS), "arch": ARCH,
+            "compared": len(rows), "shipped": sum(r["origin"].startswith("tuned") for r in rows),
+            "all_equal": all(r["equal"] for r in rows), "variants": rows}
+
+
+def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None = None,
+            installed: str | None = None) -> dict[str, int]:
+    """Rewrite the ``source_hash`` of ``family``'s tuned entries proven unchanged; per table
+    the number rewritten. Raises ``ProofError`` (and writes nothing) unless the proof is of
+    this family, all equal, made of the installed sources, and covers every entry it moves."""
+    spec = next((s for s in catalog() if s.family == family), None)
+    if spec is None:
+        raise ProofError(f"unknown kernel family {family!r}")
+    installed = installed or op_source_hash(spec.op)
+    if proof.get("family") != family:
+        raise ProofError(f"the proof is of family {proof.get('family')!r}, not {family!r}")
+    rows = proof.get("variants") or []
+    unequal = [r for r in rows if not r.get("equal")]
+    if not rows or unequal or not proof.get("all_equal"):
+        raise ProofError(f"the proof is not all equal: {len(unequal)} of {len(rows)} variants "
+                         "compile differently" + "".join(
+                             f"\n  {r['kernel']} {r['template']} {r['params']}" for r in unequal))
+    old, new = proof["base"]["source_hash"], proof["head"]["source_hash"]
+    if new != installed:
+        raise ProofError(f"the proof is of sources {new}, the installed ones are {installed}: "
+                         "prove them again")
+    proven = {json.dumps([r["kernel"], r["template"], r["params"]], sort_keys=True)
+              for r in rows}
+    paths = sorted(tables if tables is not None else table_dir().glob("*.json"))
+    changed: dict[Path, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
+    for path in paths:
+        table = json.loads(path.read_text())
+        mine = [e for e in table.get("entries", ())
+                if e["kernel"].partition(".")[0] == family and e.get("source_hash") == old]
+        missing = [e for e in mine if json.dumps([e["kernel"], e["template"], e["params"]],
+                                                 sort_keys=True) not in proven]
+        if missing:
+            raise ProofError(f"{path.name}: {len(missing)} {family} entries are not in the "
+                             "proof" + "".join(f"\n  {e['kernel']} {e['shape']} {e['params']}"
+                                               for e in missing))
+        for e in mine:
+            e["source_hash"] = new
+        if mine:
+            changed[path] = table
+        counts[path.stem] = len(mine)
+    for path, table in changed.items():
+        records.write_json(path, table)
+    return counts
+
+
+def _identity_cli(args: argparse.Namespace) -> int:
+    try:
+        nvcc_version()
+        proof = prove(args.family, args.base, args.sample, args.jobs)
+    except (ValueError, NvccUnavailableError) as exc:
+        print(f"pycuda-heads identity: {exc}", file=sys.stderr)
+        return 2
+    records.write_json(args.proof, proof)
+    bad = [r for r in proof["variants"] if not r["equal"]]
+    for r in bad:
+        print(f"DIFFERS {r['kernel']} {r['template']} {r['params']} ptx_equal={r['ptx_equal']} "
+              f"cubin_equal={r['cubin_equal']} host_equal={r['host_equal']}")
+    print(f"{proof['compared'] - len(bad)}/{proof['compared']} {args.family} variants compile "
+          f"identically ({proof['shipped']} shipped tuned); proof in {args.proof}")
+    return 1 if bad else 0
+
+
+def _restamp_cli(args: argparse.Namespace) -> int:
+    try:
+        counts = restamp(args.family, json.loads(Path(args.proof).read_text()))
+    except (ProofError, OSError, json.JSONDecodeError) as exc:
+        print(f"pycuda-heads restamp: refused: {exc}", file=sys.stderr)
+        return 1
+    for table, n in counts.items():
+        print(f"{table}: {n} {args.family} entries carried over to the installed source hash")
+    return 0
+
+
+def register(sub: Any) -> None:
+    families = sorted(catalog().families())
+    p = sub.add_parser("identity", help="prove a family's variants compile as at a revision")
+    p.add_argument("family", choices=families, help="kernel family, e.g. pool")
+    p.add_argument("--base", required=True, help="git revision to compare with")
+    p.add_argument("--proof", required=True, type=Path, help="proof JSON file to write")
+    p.add_argument("--sample", type=records.int_at_least(0), default=16,
+                   help="other space points per kernel (besides shipped entries and defaults)")
+    p.add_argument("--jobs", type=records.int_at_least(1), default=2, help="parallel compiles")
+    p.set_defaults(func=_identity_cli)
+    p = sub.add_parser("restamp", help="carry a family's tuned entries over to the installed "
+                                       "source hash, given an all-equal identity proof")
+    p.add_argument("family", choices=families, help="kernel family, e.g. pool")
+    p.add_argument("--proof", required=True, type=Path, help="proof JSON of `identity`")
+    p.set_defaults(func=_restamp_cli)
