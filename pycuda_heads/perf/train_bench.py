@@ -62,16 +62,18 @@ def library_step(shape: Mapping[str, int], params: dict, data: dict) -> Any:
 
 def kernel_sum_us(step: Any, reps: int) -> dict[str, Any]:
     """The step's launches (one eager step's, recorded), each timed alone on the GPU: the sum
-    of their medians, and how many there are."""
+    of their medians, how many there are, and each one's entry, grid and median (``note``)."""
     with recorded_launches() as launches:
         step.run()
     step.synchronize()
-    total = 0.0
-    for kernel, grid, block, args, shared, stream in launches:
-        t = timing.gpu_time_us(lambda: kernel.bare(grid, block, args, shared, stream), reps)
-        total += t["median_us"]
+    times = [timing.gpu_time_us(lambda: kernel.bare(grid, block, args, shared, stream),
+                                reps)["median_us"]
+             for kernel, grid, block, args, shared, stream in launches]
+    each = [f"{k.name} {'x'.join(map(str, grid))} {t:.2f}"
+            for (k, grid, *_), t in zip(launches, times)]
+    total = sum(times)
     return {"median_us": total, "p20_us": total, "p80_us": total, "reps": reps,
-            "config": f"{len(launches)} kernels"}
+            "config": f"{len(launches)} kernels", "note": "; ".join(each)}
 
 
 def torch_model(torch: Any, params: dict, device: str = "cuda") -> tuple[Callable, list]:
