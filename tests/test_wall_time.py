@@ -53,3 +53,14 @@ def test_the_train_step_rows_time_the_library_step_in_turns(monkeypatch):
     assert [r["provider"] for r in rows] == ["library_graph", "library_eager",
                                              train_bench.KERNEL_SUM] * len(train_bench.SHAPES)
     assert all("median_us" in r and "error" not in r for r in rows)
+
+
+def test_the_run_summary_tells_a_failed_row_from_one_without_a_time():
+    from pycuda_heads.perf.bench import summary
+    base = {"op": "train_step_adam", "shape": "8 tensors", "pass": "step"}
+    text = summary([{**base, "provider": "floor", "median_us": "",
+                     "note": "L2-resident: 877716 B moved, L2 holds 62914560 B; no HBM floor"},
+                    {**base, "provider": "torch_eager", "median_us": "", "error": "boom"},
+                    {**base, "provider": "tuned", "median_us": "2.5"}])
+    line = text.splitlines()[1].split()
+    assert line[-5:] == ["2.5", "-", "error", "-", "L2-resident"]

@@ -394,7 +394,10 @@ def summary(rows: Sequence[Mapping[str, str]]) -> str:
     for r in rows:
         if r["provider"] in cols:
             v = float(r["median_us"]) if r.get("median_us") else None
-            cell = "error" if v is None else f"{v:.1f}" if v >= 1 else f"{v:.3f}"
+            if v is None:  # a row with no time: failed, or says why it has none
+                cell = "error" if r.get("error") else (r.get("note") or "-").split(":")[0]
+            else:
+                cell = f"{v:.1f}" if v >= 1 else f"{v:.3f}"
             table.setdefault((r["op"], r["shape"], r["pass"]), {})[r["provider"]] = cell
     lines = [f"{'op':9} {'shape':16} {'pass':9} " + " ".join(f"{c:>13}" for c in cols)]
     for (op, shape, pass_), cells in table.items():
