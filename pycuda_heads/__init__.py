@@ -12,6 +12,7 @@ from .core.device import GpuUnavailableError, gpu_available
 from .ops.adam import Adam
 from .ops.frd import FrdSoftmaxCE
 from .ops.frdhead import FrdHead
+from .ops.frdsmall import FrdHeadSmall
 from .ops.gate import AlphaGate
 from .ops.headloss import HeadLoss
 from .ops.multiadam import AdamSchedule, MultiAdam
@@ -23,7 +24,7 @@ from .records import VERSION
 from .step import HeadStep, TrainStep
 
 __version__ = VERSION
-__all__ = ["Adam", "AdamSchedule", "AlphaGate", "FrdHead", "FrdSoftmaxCE", "GpuUnavailableError",
-           "HeadLoss", "HeadStep", "LaunchError", "MultiAdam", "PerHorizonAttentionPool",
+__all__ = ["Adam", "AdamSchedule", "AlphaGate", "FrdHead", "FrdHeadSmall", "FrdSoftmaxCE",
+           "GpuUnavailableError", "HeadLoss", "HeadStep", "LaunchError", "MultiAdam", "PerHorizonAttentionPool",
            "PerHorizonResidual", "ReduceAxis0", "ResidualGate", "TrainStep", "gpu_available",
            "reduce_axis0", "synchronize", "__version__"]

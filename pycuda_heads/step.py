@@ -17,6 +17,7 @@ from .core.graph import Graph
 from .core.runtime import scoped
 from .ops.frd import FrdSoftmaxCE
 from .ops.frdhead import FrdHead
+from .ops.frdsmall import FrdHeadSmall
 from .ops.headloss import FRD_WEIGHT, HeadLoss
 from .ops.multiadam import AdamSchedule, MultiAdam
 from .ops.pool import PerHorizonAttentionPool
@@ -149,7 +150,10 @@ PARAMS = {"q_h": ("H", "D"), "w_res": ("H", "D"), "bias_res": ("H",), "alpha": (
 DATA = {"ln": ("B", "K", "D"), "h_t": ("B", "D"), "base": ("B", "H"), "y": ("B", "H"),
         "labels": ("B", "H")}
 _INT_DATA = {"labels"}
-TRAIN_OPS = ("pool", "resgate", "frdhead", "frd", "headloss", "multiadam")
+TRAIN_OPS = ("pool", "resgate", "frdhead", "frdsmall", "frd", "headloss", "multiadam")
+#: batches at or below which the step runs the FRD head's small-batch kernels (``FrdHeadSmall``,
+#: when D and F are at most 1024): at B = 2 and 256 they take a fraction of ``FrdHead``'s time
+SMALL_BATCH = 256
 
 
 class TrainStep(_Captured):
@@ -177,8 +181,9 @@ class TrainStep(_Captured):
         _positive("TrainStep", batch=batch, seq_len=seq_len)
         self.pool = PerHorizonAttentionPool(n_horizons, hidden_dim, launch=launch.get("pool"))
         self.resgate = ResidualGate(n_horizons, hidden_dim, launch=launch.get("resgate"))
-        self.head = FrdHead(hidden_dim, frd_hidden, n_horizons, n_atoms,
-                            launch=launch.get("frdhead"))
+        head = FrdHeadSmall if batch <= SMALL_BATCH and max(hidden_dim, frd_hidden) <= 1024 \
+            else FrdHead
+        self.head = head(hidden_dim, frd_hidden, n_horizons, n_atoms, launch=launch.get(head.FAMILY))
         self.frd = FrdSoftmaxCE(n_horizons, n_atoms, launch=launch.get("frd"))
         self.loss = HeadLoss(n_horizons, n_atoms, frd_weight, launch=launch.get("headloss"))
         self.adam = MultiAdam(lr, *betas, eps, launch=launch.get("multiadam"))

@@ -1,5 +1,5 @@
-"""GPU: the FRD head (forward, F.3b, F.3c) beyond test_kernels.py: its parity test, ReLU-mask
-and sentinel oracles and the references for other tile heights, the whole training step."""
+"""GPU: the FRD head (forward, F.3b, F.3c; FrdHead and the small-batch FrdHeadSmall) beyond
+test_kernels.py: its parity test, ReLU-mask and sentinel oracles and the references for other tile heights, the whole training step."""
 import numpy as np
 import pytest
 
@@ -13,12 +13,17 @@ KERNELS = ("frdhead.forward", "frdhead.grad_w2", "frdhead.grad_w1")
 # Every tile height (at D_in = F = 128 only grad_w2 has shared memory for BM=64), one tile to
 # many per block.
 ROWS = [{"BM": 16, "CHUNK": 64}, {"BM": 32, "CHUNK": 256}, {"BM": 32, "CHUNK": 2048}]
-VARIANTS = [(k, p) for k in KERNELS for p in ROWS] + [("frdhead.grad_w2", {"BM": 64, "CHUNK": 512})]
+# The small-batch head (frdsmall): one warp a block to 32, one row a block to 16, each weight's
+# batch sum in one warp to split over 32.
+SMALL = [{"WARPS": 4, "ROWS": 1, "SPLIT": 1}, {"WARPS": 8, "ROWS": 2, "SPLIT": 4},
+         {"WARPS": 32, "ROWS": 16, "SPLIT": 32}]
+VARIANTS = ([(k, p) for k in KERNELS for p in ROWS] + [("frdhead.grad_w2", {"BM": 64, "CHUNK": 512})]
+            + [(k.replace("frdhead", "frdsmall"), p) for k in KERNELS for p in SMALL])
 
 
 def _id(kernel_params):
     kernel, params = kernel_params
-    return kernel.split(".")[1] + "-" + "-".join(f"{k}{v}" for k, v in params.items())
+    return kernel.replace(".", "-") + "-" + "-".join(f"{k}{v}" for k, v in params.items())
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_id)

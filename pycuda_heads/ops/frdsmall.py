@@ -1,0 +1,162 @@
+"""The FRD head for small batches (cu/frdsmall.cu): the same three stages as ``FrdHead``
+(forward, grad_w2 = F.3b, grad_w1 = F.3c), with the same arguments and results, for batches too
+small to fill the GPU with ``FrdHead``'s row chunks. The work is spread over output elements in
+FP32 FMAs; the weight gradients come out of the kernel whole (no scratch, no reduce), so each
+stage is one launch. It shares ``FrdHead``'s inputs, tensors and oracles: the same head."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import reference as ref
+from ..core.arrays import empty
+from ..core.op import Op
+from ..core.space import KernelSpace, by_role
+from ..core.spec import KernelSpec
+from .frdhead import (FORWARD_INPUTS, GRAD_W1_INPUTS, GRAD_W2_INPUTS, GRID, TENSORS, _split,
+                      oracles, torch_forward, torch_grad_w1, torch_grad_w2)
+
+_F32 = np.dtype(np.float32)
+
+
+def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """ROWS rows of h_t and of hidden."""
+    return 4 * p["ROWS"] * (env["D_IN"] + env["FRD_HIDDEN"])
+
+
+def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The weight part's partial sums, or ROWS rows of grad_logits."""
+    return 4 * max(32 * p["WARPS"], p["ROWS"] * env["N_HORIZONS"] * env["N_ATOMS"])
+
+
+def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The weight part's partial sums, or ROWS rows of dpre."""
+    return 4 * max(32 * p["WARPS"], p["ROWS"] * env["FRD_HIDDEN"])
+
+
+def weight_blocks(p: Mapping[str, Any], m: int, n: int) -> int:
+    """Blocks of a backward stage's weight part: m*n weights and m biases, 32 per group of
+    SPLIT warps (WEIGHT_BLOCKS in the kernel)."""
+    return -(-(m * n + m) // (32 * (p["WARPS"] // p["SPLIT"])))
+
+
+# WARPS per block, ROWS per block, SPLIT warps sharing one weight's batch sum. A lane keeps
+# ceil(K / 32) weights of a row in registers in the forward: D_in and F up to 1024.
+_KNOBS = {"WARPS": (4, 8, 16, 32), "ROWS": (1, 2, 4, 8, 16), "SPLIT": (1, 2, 4, 8, 16, 32)}
+_RULES = ("WARPS % SPLIT == 0", "D_IN <= 1024", "FRD_HIDDEN <= 1024")
+_LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
+
+FORWARD_SPACE = KernelSpace(
+    kernel="frdsmall.forward", params=_KNOBS, default={"WARPS": 8, "ROWS": 2, "SPLIT": 1},
+    restrictions=_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
+GRAD_W2_SPACE = KernelSpace(
+    kernel="frdsmall.grad_w2", params=_KNOBS, default={"WARPS": 8, "ROWS": 2, "SPLIT": 4},
+    restrictions=_RULES, launch_restrictions=_LAUNCH, shared_bytes=grad_w2_shared_bytes)
+GRAD_W1_SPACE = KernelSpace(
+    kernel="frdsmall.grad_w1", params=_KNOBS, default={"WARPS": 8, "ROWS": 2, "SPLIT": 4},
+    restrictions=_RULES, launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
+
+
+class FrdHeadSmall(Op):
+    """``FrdHead``'s stages for small batches, called the same way:
+    hidden, logits = head.forward(h_t, w1, b1, w2, b2);
+    grad_w2, grad_b2, dhidden = head.grad_w2(hidden, w2, grad_logits);
+    grad_w1, grad_b1, grad_h_t = head.grad_w1(h_t, w1, hidden, dhidden).
+    D_in and F (``hidden``) up to 1024."""
+
+    FAMILY = "frdsmall"
+    SPACES = by_role(FORWARD_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
+    PDL = True
+
+    @classmethod
+    def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
+        """The template constant FRD_HIDDEN is the constructor's ``hidden``."""
+        kwargs = super().constructor_kwargs(template)
+        kwargs["hidden"] = kwargs.pop("frd_hidden")
+        return kwargs
+
+    def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
+                 launch: Mapping[str, Mapping[str, Any]] | None = None):
+        for name, n in (("d_in", d_in), ("hidden", hidden)):
+            if isinstance(n, int) and n > 1024:  # a lane holds ceil(n / 32) weights of a row
+                raise ValueError(f"FrdHeadSmall: {name} must be at most 1024, got {n} "
+                                 "(FrdHead takes any size)")
+        super().__init__({"D_IN": d_in, "FRD_HIDDEN": hidden, "N_HORIZONS": n_horizons,
+                          "N_ATOMS": n_atoms}, launch)
+        self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
+        self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
+
+    def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
+                stream: Any = None) -> tuple[Any, Any]:
+        """hidden[B, F] (kept for the backward) and logits[B, H, A] as GPUArrays."""
+        (h_t, w1, b1, w2, b2), dims = FORWARD_INPUTS.adapt(self._checked, self.bound,
+                                                            h_t, w1, b1, w2, b2)
+        b = dims["B"]
+        plan = self.plan("forward", {"B": b}, lambda p: (
+            (-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
+            forward_shared_bytes(p, self.template)))
+        hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
+        plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
+                    w2=w2.gpudata, b2=b2.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
+                    B=b, shared=plan.shared, stream=stream)
+        return hidden, logits
+
+    def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
+                stream: Any = None) -> tuple[Any, Any, Any]:
+        """F.3b: grad_w2[H, A, F], grad_b2[H, A] and dhidden[B, F]."""
+        (hidden, w2, grad_logits), dims = GRAD_W2_INPUTS.adapt(self._checked, self.bound,
+                                                               hidden, w2, grad_logits)
+        b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
+        plan = self._stage("grad_w2", b, ha, f, grad_w2_shared_bytes)
+        grads, dhidden = empty((ha * f + ha,)), empty((b, f))
+        plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
+                    grad_logits=grad_logits.gpudata, grads=grads.gpudata,
+                    dhidden=dhidden.gpudata, B=b, shared=plan.shared, stream=stream)
+        return (*_split(grads, (self.n_horizons, self.n_atoms, f),
+                        (self.n_horizons, self.n_atoms)), dhidden)
+
+    def grad_w1(self, h_t: Any, w1: Any, hidden: Any, dhidden: Any, *,
+                stream: Any = None) -> tuple[Any, Any, Any]:
+        """F.3c: grad_w1[F, D_in], grad_b1[F] and grad_h_t[B, D_in]; units with hidden == 0
+        (pre-activation <= 0) pass no gradient."""
+        (h_t, w1, hidden, dhidden), dims = GRAD_W1_INPUTS.adapt(self._checked, self.bound,
+                                                                h_t, w1, hidden, dhidden)
+        b, f, d = dims["B"], self.hidden, self.d_in
+        plan = self._stage("grad_w1", b, f, d, grad_w1_shared_bytes)
+        grads, grad_h_t = empty((f * d + f,)), empty((b, d))
+        plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata,
+                    hidden=hidden.gpudata, dhidden=dhidden.gpudata, grads=grads.gpudata,
+                    grad_h_t=grad_h_t.gpudata, B=b, shared=plan.shared, stream=stream)
+        return (*_split(grads, (f, d), (f,)), grad_h_t)
+
+    def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
+                 stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
+        """Both stages: grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t."""
+        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits, stream=stream)
+        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden, stream=stream)
+        return gw1, gb1, gw2, gb2, gh
+
+    def _stage(self, role: str, b: int, m: int, n: int, shared_bytes: Any) -> Any:
+        """A backward stage's launch: its weight part's blocks, then ceil(B / ROWS) row blocks."""
+        return self.plan(role, {"B": b}, lambda p: (
+            (weight_blocks(p, m, n) + math.ceil(b / p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
+            shared_bytes(p, self.template)))
+
+
+SUITE = ({"B": 2}, {"B": 256}, {"B": 1024})
+_COMMON_SPEC = dict(op=FrdHeadSmall, template_keys=("D_IN", "FRD_HIDDEN", "N_HORIZONS", "N_ATOMS"),
+                    tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
+
+SPECS = (
+    KernelSpec(method="forward", space=FORWARD_SPACE,
+               reads=("h_t", "w1", "b1", "w2", "b2"), writes=("hidden", "logits"),
+               reference=ref.frdhead_forward, peer=torch_forward, **_COMMON_SPEC),
+    KernelSpec(method="grad_w2", space=GRAD_W2_SPACE,
+               reads=("hidden", "w2", "grad_logits"), writes=("grad_w2", "grad_b2", "dhidden"),
+               reference=ref.frdhead_grad_w2, peer=torch_grad_w2, **_COMMON_SPEC),
+    KernelSpec(method="grad_w1", space=GRAD_W1_SPACE,
+               reads=("h_t", "w1", "hidden", "dhidden"), writes=("grad_w1", "grad_b1", "grad_h_t"),
+               reference=ref.frdhead_grad_w1, peer=torch_grad_w1, **_COMMON_SPEC),
+)
