@@ -46,12 +46,21 @@ __device__ __forceinline__ void rows_times_wt(const float* x, const float* __res
                                               const float* __restrict__ bias, float* dst,
                                               float* __restrict__ global, int r0, int B) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // the warp's next row of w is loaded while it works on this one: a block of few rows is
+    // bound by the latency of these loads, not by its arithmetic
+    float next[LANES(K)];
+#pragma unroll
+    for (int i = 0; i < LANES(K); i++) {
+        const int k = lane + 32 * i;
+        next[i] = warp < M && k < K ? w[(size_t)warp * K + k] : 0.f;
+    }
     for (int j = warp; j < M; j += WARPS) {
         float wj[LANES(K)];
 #pragma unroll
         for (int i = 0; i < LANES(K); i++) {
             const int k = lane + 32 * i;
-            wj[i] = k < K ? w[(size_t)j * K + k] : 0.f;
+            wj[i] = next[i];
+            next[i] = j + WARPS < M && k < K ? w[(size_t)(j + WARPS) * K + k] : 0.f;
         }
         const float bj = bias[j];
         for (int r = 0; r < ROWS; r++) {

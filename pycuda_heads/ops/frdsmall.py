@@ -49,7 +49,7 @@ _RULES = ("WARPS % SPLIT == 0", "D_IN <= 1024", "FRD_HIDDEN <= 1024")
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 
 FORWARD_SPACE = KernelSpace(
-    kernel="frdsmall.forward", params=_KNOBS, default={"WARPS": 8, "ROWS": 2, "SPLIT": 1},
+    kernel="frdsmall.forward", params=_KNOBS, default={"WARPS": 32, "ROWS": 2, "SPLIT": 1},
     restrictions=_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 GRAD_W2_SPACE = KernelSpace(
     kernel="frdsmall.grad_w2", params=_KNOBS, default={"WARPS": 8, "ROWS": 2, "SPLIT": 4},
