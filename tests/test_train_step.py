@@ -65,7 +65,7 @@ def expected(p, x):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,k", [(2, 8), (3, 33), (256, 64), (300, 16)])
+@pytest.mark.parametrize("b,k", [(2, 8), (3, 33), (256, 64), (1100, 4)])
 def test_an_eager_step_matches_float64_and_per_array_adam_on_its_gradients(b, k):
     step, p, x = make(b, k), params(), data(b, k, 1)
     assert type(step.head) is (ph.FrdHeadSmall if b <= step_module.SMALL_BATCH else ph.FrdHead)
@@ -85,7 +85,7 @@ def test_an_eager_step_matches_float64_and_per_array_adam_on_its_gradients(b, k)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,k", [(2, 8), (3, 33), (256, 64), (300, 16)])
+@pytest.mark.parametrize("b,k", [(2, 8), (3, 33), (256, 64), (1100, 4)])
 def test_graph_replays_are_bitwise_the_eager_steps(b, k):
     eager, graph = make(b, k), make(b, k)
     for s in range(4):
