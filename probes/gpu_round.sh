@@ -7,14 +7,16 @@
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   probe     the torch host-cost probe
-#   whole     the smoke training, TrainStep under compute-sanitizer, the train_step bench rows
+#   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
+#   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
+#   measure   `efficiency --measure` for what is left of $ROUND_S seconds (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
 # then every other family; a family left out keeps its record).
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
-steps=" ${STEPS:-ab abmin tests validate probe whole train} "
+steps=" ${STEPS:-ab abmin tests validate stepsan probe whole train} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
@@ -51,6 +53,15 @@ if has validate; then
     done
     pack validate
 fi
+if has stepsan; then  # beside the tests too: the sanitizer's time is the host's
+    mkdir -p "$out/stepsan"
+    for tool in memcheck racecheck initcheck synccheck; do
+        timeout 120 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 86 \
+            python probes/train_step_sanitize.py >> "$out/stepsan/sanitize.log" 2>&1
+        echo "rc=$? ($tool)" >> "$out/stepsan/sanitize.log"
+    done
+    pack stepsan
+fi
 wait
 has tests && pack tests
 if has probe; then
@@ -62,11 +73,6 @@ if has whole; then
     mkdir -p "$out/whole"
     timeout 150 pycuda-heads smoke --out "$out/whole/rep" > "$out/whole/smoke.log" 2>&1
     echo "rc=$?" >> "$out/whole/smoke.log"
-    for tool in memcheck racecheck initcheck synccheck; do
-        timeout 120 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 86 \
-            python probes/train_step_sanitize.py >> "$out/whole/sanitize.log" 2>&1
-        echo "rc=$? ($tool)" >> "$out/whole/sanitize.log"
-    done
     pack whole
     mkdir -p "$out/trainstep"
     timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/trainstep/bench" \
@@ -78,4 +84,14 @@ if has train; then
     timeout "${TRAIN_S:-110}" pycuda-heads bench --ops "${BENCH_OPS:-torch_train}" --out "$out/train/bench" \
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
+fi
+if has measure; then  # the tuner's quality search, resumable: whatever time the round has left
+    mkdir -p "$out/measure"
+    left=$(( ${ROUND_S:-540} - SECONDS - 20 ))
+    if (( left > 60 )); then
+        timeout "$left" pycuda-heads efficiency --measure --time-budget $(( left - 30 )) --no-progress \
+            > "$out/measure/measure.log" 2>&1; echo "rc=$?" >> "$out/measure/measure.log"
+    fi
+    cp -r reports/*/tuning "$out/measure/" 2>/dev/null
+    pack measure
 fi

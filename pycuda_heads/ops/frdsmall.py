@@ -6,19 +6,14 @@ stage is one launch. It shares ``FrdHead``'s inputs, tensors and oracles: the sa
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping
 
-import numpy as np
 
-from .. import reference as ref
 from ..core.arrays import empty
-from ..core.op import Op
 from ..core.space import KernelSpace, by_role
-from ..core.spec import KernelSpec
-from .frdhead import (FORWARD_INPUTS, GRAD_W1_INPUTS, GRAD_W2_INPUTS, GRID, TENSORS, _split,
-                      oracles, torch_forward, torch_grad_w1, torch_grad_w2)
-
-_F32 = np.dtype(np.float32)
+from . import frdhead
+from .frdhead import FORWARD_INPUTS, GRAD_W1_INPUTS, GRAD_W2_INPUTS, FrdHead, _split
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -59,7 +54,7 @@ GRAD_W1_SPACE = KernelSpace(
     restrictions=_RULES, launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
 
 
-class FrdHeadSmall(Op):
+class FrdHeadSmall(FrdHead):
     """``FrdHead``'s stages for small batches, called the same way:
     hidden, logits = head.forward(h_t, w1, b1, w2, b2);
     grad_w2, grad_b2, dhidden = head.grad_w2(hidden, w2, grad_logits);
@@ -70,23 +65,13 @@ class FrdHeadSmall(Op):
     SPACES = by_role(FORWARD_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
     PDL = True
 
-    @classmethod
-    def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
-        """The template constant FRD_HIDDEN is the constructor's ``hidden``."""
-        kwargs = super().constructor_kwargs(template)
-        kwargs["hidden"] = kwargs.pop("frd_hidden")
-        return kwargs
-
     def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
                  launch: Mapping[str, Mapping[str, Any]] | None = None):
         for name, n in (("d_in", d_in), ("hidden", hidden)):
             if isinstance(n, int) and n > 1024:  # a lane holds ceil(n / 32) weights of a row
                 raise ValueError(f"FrdHeadSmall: {name} must be at most 1024, got {n} "
                                  "(FrdHead takes any size)")
-        super().__init__({"D_IN": d_in, "FRD_HIDDEN": hidden, "N_HORIZONS": n_horizons,
-                          "N_ATOMS": n_atoms}, launch)
-        self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
-        self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
+        super().__init__(d_in, hidden, n_horizons, n_atoms, launch)
 
     def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
@@ -131,13 +116,6 @@ class FrdHeadSmall(Op):
                     grad_h_t=grad_h_t.gpudata, B=b, shared=plan.shared, stream=stream)
         return (*_split(grads, (f, d), (f,)), grad_h_t)
 
-    def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
-                 stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
-        """Both stages: grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t."""
-        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits, stream=stream)
-        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden, stream=stream)
-        return gw1, gb1, gw2, gb2, gh
-
     def _stage(self, role: str, b: int, m: int, n: int, shared_bytes: Any) -> Any:
         """A backward stage's launch: its weight part's blocks, then ceil(B / ROWS) row blocks."""
         return self.plan(role, {"B": b}, lambda p: (
@@ -146,17 +124,6 @@ class FrdHeadSmall(Op):
 
 
 SUITE = ({"B": 2}, {"B": 256}, {"B": 1024})
-_COMMON_SPEC = dict(op=FrdHeadSmall, template_keys=("D_IN", "FRD_HIDDEN", "N_HORIZONS", "N_ATOMS"),
-                    tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
-
-SPECS = (
-    KernelSpec(method="forward", space=FORWARD_SPACE,
-               reads=("h_t", "w1", "b1", "w2", "b2"), writes=("hidden", "logits"),
-               reference=ref.frdhead_forward, peer=torch_forward, **_COMMON_SPEC),
-    KernelSpec(method="grad_w2", space=GRAD_W2_SPACE,
-               reads=("hidden", "w2", "grad_logits"), writes=("grad_w2", "grad_b2", "dhidden"),
-               reference=ref.frdhead_grad_w2, peer=torch_grad_w2, **_COMMON_SPEC),
-    KernelSpec(method="grad_w1", space=GRAD_W1_SPACE,
-               reads=("h_t", "w1", "hidden", "dhidden"), writes=("grad_w1", "grad_b1", "grad_h_t"),
-               reference=ref.frdhead_grad_w1, peer=torch_grad_w1, **_COMMON_SPEC),
-)
+#: FrdHead's kernels (tensors, references, peers, oracles, odd-shape grid) run by this op
+SPECS = tuple(replace(spec, op=FrdHeadSmall, space=FrdHeadSmall.SPACES[spec.method], suite=SUITE)
+              for spec in frdhead.SPECS)
