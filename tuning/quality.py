@@ -37,7 +37,7 @@ from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
 
 from .cache import P_VALUE, Evaluation, TuningCache
 from .progress import Bar, Budget, Progress
-from .samplers import SAMPLERS, ask, make
+from .samplers import DEFAULT_SAMPLER, SAMPLERS, ask, make
 from .session import Evaluator, Session
 from .spaces import TuningTask, all_points, point_key, startup_points
 from .storage import cache_path, tuning_dir
@@ -317,7 +317,8 @@ def _median(values: list[float]) -> float | None:
 def winner(entries: Sequence[Mapping[str, Any]], budget: int = 25) -> str | None:
     """The sampler whose searches came within each entry's ``within`` at ``budget`` trials in
     most (task, seed) pairs, then with the highest median percentage; only samplers complete
-    at that budget on every entry compete. None when none is."""
+    at that budget on every entry compete. A tie keeps the tuner's sampler: a challenger has to
+    beat it. None when none is."""
     if not entries or any(budget not in e["budgets"] for e in entries):
         return None
     names = set.intersection(*(set(e["samplers"]) for e in entries))
@@ -328,7 +329,11 @@ def winner(entries: Sequence[Mapping[str, Any]], budget: int = 25) -> str | None
         if all(curve["complete"][i] == seeds for curve, i, seeds in at):
             scores[name] = (sum(curve["within"][i] for curve, i, _ in at),
                             statistics.mean(curve["median_percent"][i] for curve, i, _ in at))
-    return max(sorted(scores), key=scores.__getitem__) if scores else None
+    if not scores:
+        return None
+    best = max(scores.values())
+    tied = sorted(name for name, score in scores.items() if score == best)
+    return DEFAULT_SAMPLER if DEFAULT_SAMPLER in tied else tied[0]
 
 
 def write_quality(reports: Path, slug: str, entries: Sequence[dict[str, Any]],
