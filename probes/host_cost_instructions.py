@@ -1,7 +1,7 @@
 """Machine instructions per op call with PyCUDA faked, counted by valgrind (callgrind): a
 noise-free A/B of the library's own Python between two checkouts. Each run makes ``N`` calls of
-every case of ``host_cost_ab.py`` (or only case ``$2``: 0-3) after one warm call; the difference between N and 0 over N is
-the instructions of one call of each case, summed.
+every case of ``host_cost_ab.py`` (or only case ``$2``: 0-3) after one warm call; the
+difference between N and 0 over N is the instructions of one call of each case, summed.
 
     for n in 0 3000; do PYTHONPATH=. valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python probes/host_cost_instructions.py $n; done   # "Collected" lines, per checkout

@@ -10,8 +10,8 @@ todo = [j for j in jobs(catalog(), True, ("sm_90",)) if j[0].family in FAMILIES]
 bad = 0
 for (spec, params, _), rep in zip(todo, run_checks(todo, 8)):
     res = next(iter(rep.entries.values()), None)
-    print(spec.id, params, "ok" if rep.ok else "FAIL", res and {k: getattr(res, k, None)
-                                                                for k in ("registers", "spill_stores")})
+    print(spec.id, params, "ok" if rep.ok else "FAIL",
+          res and {k: getattr(res, k, None) for k in ("registers", "spill_stores")})
     bad += not rep.ok
 print(f"{len(todo)} variants, {bad} failing")
 sys.exit(1 if bad else 0)

@@ -5,8 +5,8 @@ odd B with sentinel labels. Run it as
         python probes/train_step_sanitize.py
 
 (and --tool racecheck, initcheck, synccheck; failed driver calls are no findings, as in
-``validate --sanitize``: cuda-bindings probes entry points a driver refuses); it prints the losses and exits 0 when they are
-finite and the graph gave bitwise the eager steps' losses."""
+``validate --sanitize``: cuda-bindings probes entry points a driver refuses); it prints the
+losses and exits 0 when they are finite and the graph gave bitwise the eager steps' losses."""
 import sys
 
 import numpy as np

@@ -184,7 +184,8 @@ class TrainStep(_Captured):
         self.resgate = ResidualGate(n_horizons, hidden_dim, launch=launch.get("resgate"))
         head = FrdHeadSmall if batch <= SMALL_BATCH and max(hidden_dim, frd_hidden) <= 1024 \
             else FrdHead
-        self.head = head(hidden_dim, frd_hidden, n_horizons, n_atoms, launch=launch.get(head.FAMILY))
+        self.head = head(hidden_dim, frd_hidden, n_horizons, n_atoms,
+                         launch=launch.get(head.FAMILY))
         self.frd = FrdSoftmaxCE(n_horizons, n_atoms, launch=launch.get("frd"))
         self.loss = HeadLoss(n_horizons, n_atoms, frd_weight, launch=launch.get("headloss"))
         self.adam = MultiAdam(lr, *betas, eps, launch=launch.get("multiadam"))

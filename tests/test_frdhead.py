@@ -1,5 +1,6 @@
 """GPU: the FRD head (forward, F.3b, F.3c; FrdHead and the small-batch FrdHeadSmall) beyond
-test_kernels.py: its parity test, ReLU-mask and sentinel oracles and the references for other tile heights, the whole training step."""
+test_kernels.py: its parity test, ReLU-mask and sentinel oracles and the references for other
+tile heights, the whole training step."""
 import numpy as np
 import pytest
 
@@ -17,7 +18,8 @@ ROWS = [{"BM": 16, "CHUNK": 64}, {"BM": 32, "CHUNK": 256}, {"BM": 32, "CHUNK": 2
 # batch sum in one warp to split over 32.
 SMALL = [{"WARPS": 4, "ROWS": 1, "SPLIT": 1}, {"WARPS": 8, "ROWS": 2, "SPLIT": 4},
          {"WARPS": 32, "ROWS": 16, "SPLIT": 32}]
-VARIANTS = ([(k, p) for k in KERNELS for p in ROWS] + [("frdhead.grad_w2", {"BM": 64, "CHUNK": 512})]
+VARIANTS = ([(k, p) for k in KERNELS for p in ROWS]
+            + [("frdhead.grad_w2", {"BM": 64, "CHUNK": 512})]
             + [(k.replace("frdhead", "frdsmall"), p) for k in KERNELS for p in SMALL])
 
 

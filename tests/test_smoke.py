@@ -66,8 +66,8 @@ def test_acceptance_needs_every_field():
     good = {"loss_first": 4.0, "loss_last": 1.0, "nan": False, "bitwise_rerun": True,
             "graph_eager_bitwise": True, "reference_match": True, "alpha_last": [0.1, -0.2]}
     assert smoke.passed(good)
-    for bad in ({"loss_last": 2.5}, {"nan": True}, {"bitwise_rerun": False}, {"graph_eager_bitwise": False},
-                {"reference_match": False}, {"alpha_last": [0.0, 0.0]}):
+    for bad in ({"loss_last": 2.5}, {"nan": True}, {"bitwise_rerun": False},
+                {"graph_eager_bitwise": False}, {"reference_match": False}, {"alpha_last": [0.0, 0.0]}):
         assert not smoke.passed({**good, **bad})
 
 

@@ -62,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", dest="tasks", action="append", default=[],
                    metavar="KERNEL:SHAPE[:TEMPLATE]",
                    help="a task to measure or replay, e.g. "
-                        "'pool.forward:B=512,K=64:N_HORIZONS=32' (repeatable; default: the four tasks of docs/tuning.md)")
+                        "'pool.forward:B=512,K=64:N_HORIZONS=32' (repeatable; default: the four "
+                        "tasks of docs/tuning.md)")
     p.add_argument("--samplers", default=None,
                    help="comma-separated samplers whose searches are measured (default "
                         "tpe,random) or replayed (default: all)")
@@ -163,7 +164,8 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
                    help="untimed batches before the timed ones")
     p.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
                    help="parallel static checks and compilations")
-    p.add_argument("--no-progress", action="store_true", help="no progress: no bar on a terminal, no line per trial in a log")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress: no bar on a terminal, no line per trial in a log")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

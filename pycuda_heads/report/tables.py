@@ -327,8 +327,9 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
                   if c.time("tuned") is not None else "–")
         calls = " / ".join(us(v) for v in (c.call_us("tuned"), row.get("bare_launch_us"),
                                             c.call_us("torch_eager"), c.call_us("torch_compile")))
-        rows.append((_anchored(c.shape, op, c.shape, c.pass_), c.pass_, tuned, spread, _time_cell(c, "default"),
-                     _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
+        rows.append((_anchored(c.shape, op, c.shape, c.pass_), c.pass_, tuned, spread,
+                     _time_cell(c, "default"), _time_cell(c, "torch_eager"),
+                     _time_cell(c, "torch_compile"),
                      us(c.time("floor")), floor_cell(c),
                      speedup(c.over_tuned("torch_eager")), speedup(c.over_tuned("torch_compile")),
                      _tuned_vs_default(c), calls))
