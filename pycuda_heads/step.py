@@ -171,6 +171,10 @@ class TrainStep(_Captured):
     inputs in place; ``run()`` launches the step's kernels one by one, ``replay()`` the
     captured graph (captured on first use). Both return the loss, a device array [1], without
     a synchronisation; a replay needs no argument from the host.
+
+    ``launch`` maps an op family of ``TRAIN_OPS`` to its kernels' launch parameters. The FRD
+    head is ``FrdHeadSmall`` (key ``frdsmall``) at B <= ``SMALL_BATCH``, else ``FrdHead`` (key
+    ``frdhead``); the other key's entry is not used.
     """
 
     def __init__(self, n_horizons: int, hidden_dim: int, batch: int, seq_len: int, *,
