@@ -1,5 +1,6 @@
 """Where the host time of a PyTorch training step goes on the GPU machine: the layers of one
-eager library call (allocation, launch program, autograd Function, module), torch's own ops
+eager library call (allocation, launch program, autograd Function, module; the Python launcher
+and the C++ one), torch's own ops
 with and without autograd, and a training step cut after each of its parts (forward, backward,
 optimizer, zero_grad) for the library and the plain-torch pool model at B=2, K=8. Each number
 is the fastest of 21 runs of back-to-back calls (kernels far shorter than the host time).
@@ -18,6 +19,7 @@ import pycuda_heads.torch as pht
 from host_timing import per_call_runs
 from pycuda_heads.perf import torch_train
 from pycuda_heads.torch import launch, ops
+from pycuda_heads.torch.native import native
 
 CALLS, RUNS = 200, 21
 
@@ -60,13 +62,16 @@ def main(out: str) -> None:
     leaf_cpu = torch.randn(4, requires_grad=True)
     pool = pht.AttentionPool(5, 128)
     ln = torch.randn(2, 8, 128, device=dev, requires_grad=True)
-    method = ops._method("pool_forward", pool.op_id)
+    spec = ops._SPECS["pool_forward"]
+    method = launch.Method(pool.op, spec.names, spec.call, spec.outputs, native=False)
+    native_method = ops._method("pool_forward", pool.op_id)
+    method(pool.q_h, ln)
     pool(ln)
     program, device = next(iter(method.programs.values()))
     outs = [torch.empty(shape, device=dev) for shape, _ in program.outputs]
     pointers = [pool.q_h.data_ptr(), ln.data_ptr()]
     out_ptrs = [o.data_ptr() for o in outs]
-    stream = launch._raw_stream(0)
+    stream = launch.raw_stream(0)
     first = program.launches[0]
     values, bases = first.values.copy(), (pointers, out_ptrs, (0,))
     for at, kind, index, offset in first.pointers:
@@ -81,13 +86,17 @@ def main(out: str) -> None:
             first.grid, first.block, packed, first.shared, stream),
         "Program.run (pointers given)": lambda: program.run(pointers, out_ptrs, 0, stream),
         "Method (tensors in, outputs allocated)": lambda: method(pool.q_h, ln),
+        "C++ launcher run (tensors in, outputs allocated)":
+            lambda: native_method(pool.q_h, ln),
         "autograd Function (_Eager.apply)": lambda: ops._Eager.apply(rule, pool.q_h, ln,
                                                                       pool.op_id),
+        "C++ launcher autograd node": lambda: ops.pool_forward(pool.q_h, ln, pool.op_id),
         "AttentionPool module call": lambda: pool(ln),
         "leaf.sum().backward() on cuda": lambda: leaf.sum().backward(),
         "leaf.sum().backward() on cpu": lambda: leaf_cpu.sum().backward(),
     }
     record = {"what": __doc__.split("\n")[0], "gpu": torch.cuda.get_device_name(),
+              "cpp_launcher": native() is not None,
               "torch": torch.__version__, "calls": CALLS, "runs": RUNS, "layers": {}, "steps": {}}
     for name, fn in layers.items():
         record["layers"][name] = timed(fn)

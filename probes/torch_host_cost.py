@@ -1,4 +1,6 @@
 """Host cost of a pycuda_heads.torch module call against one torch eager op, per kernel launch.
+Cases marked ``module_call`` are one module call each (the goal: at most 1.5x a torch op per
+launch); the forward+backward cases add torch's autograd engine and are there to compare.
 
 Each case runs many calls back to back at a shape whose kernels take less GPU time than the
 host spends issuing them, so the wall time per call is the host's. The torch yardstick is the
@@ -17,6 +19,7 @@ import torch
 import pycuda_heads.torch as pht
 from host_timing import per_call_runs
 from pycuda_heads.records import git_state
+from pycuda_heads.torch.native import native
 
 CALLS, REPS = 2000, 5
 
@@ -68,11 +71,13 @@ def main(out: str) -> None:
     torch.cuda.synchronize()
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "cpp_launcher": native() is not None,
               "calls": CALLS, "reps": REPS, "torch_op_us": round(op_us, 2),
               "torch_ops_us": {k: round(v, 2) for k, v in yardstick.items()}, "cases": []}
     for name, (fn, launches) in cases.items():
         us = per_call_us(fn)
-        record["cases"].append({"case": name, "us_per_call": round(us, 2), "launches": launches,
+        record["cases"].append({"case": name, "module_call": "backward" not in name,
+                                "us_per_call": round(us, 2), "launches": launches,
                                 "us_per_launch": round(us / launches, 2),
                                 "ratio_to_torch_op": round(us / launches / op_us, 2)})
         with open(out, "w") as f:  # after each case: a run cut short keeps what it measured

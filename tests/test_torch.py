@@ -11,6 +11,7 @@ pytestmark = pytest.mark.gpu
 
 import pycuda_heads.torch as pht  # noqa: E402  (needs torch)
 from pycuda_heads.perf import torch_train  # noqa: E402
+from pycuda_heads.torch.native import native  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402  (inductor's own tally of cudagraph skips)
 
 
@@ -359,8 +360,28 @@ def test_bad_input_is_refused_by_name_before_any_launch(monkeypatch):
     cases = _bad_inputs()
     launches = []
     monkeypatch.setattr(DriverKernel, "launch_raw", lambda self, *a: launches.append(a))
+    native_launches = native().launch_count()
     for what, call, error, name in cases:
         with pytest.raises(error, match=rf"\b{name}\b"):
             call()
-        assert not launches, what
+        assert not launches and native().launch_count() == native_launches, what
     assert len(cases) >= 15
+
+
+def test_module_calls_take_the_cpp_launcher():
+    """On the GPU machine the C++ launcher is built, and a module call is its launches: the
+    pool's forward one, its backward two (the kernel and the reduce of q_h's gradient)."""
+    lib = native()
+    assert lib is not None, "the C++ launcher was not built: see the warning"
+    pool = pht.AttentionPool(5, 128)
+    (ln,) = leaves((3, 33, 128))
+    out, _ = pool(ln)  # the first call records the program
+    torch.cuda.synchronize()
+    before = lib.launch_count()
+    out, attn = pool(ln)
+    assert lib.launch_count() == before + 1
+    out.sum().backward()
+    torch.cuda.synchronize()
+    assert lib.launch_count() > before + 1
+    want_out, want_attn = reference_pool(pool.q_h, ln)
+    assert close(out, want_out) and close(attn, want_attn)

@@ -26,6 +26,15 @@ NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
+def cache_dir(kind: str) -> Path:
+    """The on-disk cache folder for ``kind`` (static checks, PTX digests, the C++ launcher),
+    under $PYCUDA_HEADS_CACHE or ~/.cache/pycuda-heads."""
+    root = os.environ.get("PYCUDA_HEADS_CACHE") or Path.home() / ".cache" / "pycuda-heads"
+    path = Path(root) / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 class LaunchError(RuntimeError):
     """A kernel launch failed; the message names the kernel and its launch configuration."""
 
@@ -270,6 +279,16 @@ class DriverKernel(Kernel):
         slots = self._slots
         fmt.pack_into(slots.data, 0, *(int(a) if p else a for p, a in zip(self._pointers, args)))
         return slots.address
+
+    @property
+    def handle(self) -> int:
+        """The loaded entry's ``CUfunction`` handle, for a launcher outside Python."""
+        return int(self._function)
+
+    def slots(self, values: Sequence[Any]) -> bytes:
+        """``values`` (a launch program's, pointers as ints) packed 8 bytes an argument, the
+        layout the driver reads the arguments from."""
+        return self._format.pack(*values)
 
     def launch_values(self, grid: tuple, block: tuple, values: Sequence[Any], shared: int,
                       handle: int) -> None:

@@ -87,6 +87,16 @@ class Program:
                 values[at] = bases[kind][index] + offset
             launch.kernel.launch_values(launch.grid, launch.block, values, launch.shared, stream)
 
+    def describe(self, device: int) -> tuple:
+        """The program as plain data for a launcher outside Python: (launches, output shapes,
+        scratch bytes, device), each launch (function handle, grid, block, shared bytes, pdl,
+        argument slots with pointers zero, (slot, INPUT/OUTPUT/SCRATCH, index, offset) of each
+        pointer)."""
+        launches = [(launch.kernel.handle, _three(launch.grid), _three(launch.block), launch.shared,
+                     launch.kernel.pdl, launch.kernel.slots(launch.values), list(launch.pointers))
+                    for launch in self.launches]
+        return launches, [list(shape) for shape, _ in self.outputs], self.scratch_bytes, device
+
 
 def record(call: Callable[[list[Any]], Any], inputs: Sequence[ArraySpec | None],
            outputs: Callable[[Any], Sequence[Any]]) -> Program:
@@ -164,6 +174,11 @@ def _program(recorded: list[tuple], allocations: list[tuple[int, int]], arrays: 
                                 [0 if t == "P" else v for t, v in zip(kernel.types, values)],
                                 pointers))
     return Program(launches, [(shape, np.dtype(np.float32)) for _, _, shape in spans], scratch)
+
+
+def _three(dims: tuple) -> tuple[int, int, int]:
+    """A grid or block as three dimensions (PyCUDA's launches take two for a grid)."""
+    return (*dims, 1, 1)[:3]
 
 
 def _input_index(arrays: list[Any], present: int) -> int:

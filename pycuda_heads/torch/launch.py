@@ -1,7 +1,8 @@
 """From torch tensors to kernel launches: each op method's launch program per signature, run
 with the tensors' addresses on torch's current stream, every buffer from torch's caching
-allocator. A repeat signature costs a tuple of tensor properties, one dictionary lookup, one
-``torch.empty`` per output (and one for scratch, where the op needs it) and the launches."""
+allocator. A repeat signature costs a key of tensor properties, one lookup, one allocation per
+output (and one for scratch, where the op needs it) and the launches: in C++ where the
+launcher in ``native.py`` is built, else here in Python."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -13,18 +14,12 @@ import torch
 from ..core.device import cuda, thread_context
 from ..core.op import Op
 from ..core.program import ArraySpec, Program, record
+from .native import native as _native, raw_stream
 
 #: the dtypes the kernels take: float32, and int32 for labels
 DTYPES = {torch.float32: np.dtype(np.float32), torch.int32: np.dtype(np.int32)}
 #: alignment the ops' checks can ask of an address (float4 loads)
 _ALIGN = 16
-
-try:  # the raw handle without building a Stream object (what inductor's own code calls)
-    _raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # a build without it: the public, slower way
-    def _raw_stream(index: int) -> int:
-        return torch.cuda.current_stream(index).cuda_stream
-
 
 @lru_cache(maxsize=None)
 def pycuda_device() -> int:
@@ -59,17 +54,29 @@ class Method:
 
     ``names`` are the tensor arguments in the method's order (None where an optional one is
     absent), ``dtypes`` the dtype of each that is not float32, ``call(op, arrays)`` the method's
-    call and ``outputs(result)`` what it hands back (``core.program.record``)."""
+    call and ``outputs(result)`` what it hands back (``core.program.record``). ``native``
+    False keeps it on the Python launcher: a method made for one call (its launch constants
+    change every call) takes it, as the C++ launcher keeps every method it is given."""
 
     def __init__(self, op: Op, names: Sequence[str], call: Callable[[Op, list], Any],
                  outputs: Callable[[Any], Sequence[Any]],
-                 dtypes: dict[str, torch.dtype] | None = None) -> None:
+                 dtypes: dict[str, torch.dtype] | None = None, native: bool = True) -> None:
         self.op, self.names, self.call, self.outputs = op, tuple(names), call, outputs
         self.dtypes = [(dtypes or {}).get(n, torch.float32) for n in self.names]
-        #: signature -> (its program, the tensors' device)
+        #: signature -> (its program, the tensors' device), for the Python launcher
         self.programs: dict[tuple, tuple[Program, torch.device]] = {}
+        self.lib = _native() if native else None
+        #: this method's handle in the C++ launcher, which asks ``_describe`` for a program
+        self.handle = None if self.lib is None else self.lib.method(self._describe)
 
     def __call__(self, *tensors: torch.Tensor | None) -> list[torch.Tensor]:
+        if self.lib is not None:
+            try:
+                return self.lib.run(self.handle, tensors)
+            except TypeError:
+                # not tensors: the binding's message names no argument, the checks do
+                self.check(tensors)
+                raise
         try:
             pointers = [0 if t is None else t.data_ptr() for t in tensors]
             key = tuple([None if t is None else
@@ -84,8 +91,17 @@ class Method:
             if program.scratch_bytes else None
         program.run(pointers or [0 if t is None else t.data_ptr() for t in tensors],
                     [o.data_ptr() for o in outs],
-                    0 if scratch is None else scratch.data_ptr(), _raw_stream(device.index))
+                    0 if scratch is None else scratch.data_ptr(), raw_stream(device.index))
         return outs
+
+    def check(self, tensors: Sequence[torch.Tensor | None]) -> None:
+        """TypeError or ValueError naming the first argument the method cannot take."""
+        self._record(tensors, None)
+
+    def _describe(self, tensors: Sequence[torch.Tensor | None]) -> tuple:
+        """The program at these tensors' signature, as the C++ launcher takes it."""
+        program, device = self._record(tensors, None)
+        return program.describe(device.index)
 
     def _record(self, tensors: Sequence[torch.Tensor | None],
                 key: tuple | None) -> tuple[Program, torch.device]:

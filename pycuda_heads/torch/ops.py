@@ -11,6 +11,7 @@ implementations and formulas directly, without the dispatcher's round trips.
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any, Callable, NamedTuple
 
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from ..core.op import Op
 from .launch import Method
+from .native import native
 
 _ops: list[Op] = []
 _methods: dict[tuple[int, str], Method] = {}
@@ -196,7 +198,7 @@ def _adam_step(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: in
     if not isinstance(t, int) or t < 1:
         raise ValueError(f"t: expected the step number, an int >= 1, got {t!r}")
     names = ("param", "grad", "m", "v")
-    Method(adam, names, lambda o, a: o.step(*a, t, inplace=True), lambda r: ())(
+    Method(adam, names, lambda o, a: o.step(*a, t, inplace=True), lambda r: (), native=False)(
         param, grad, m, v)
 
 
@@ -274,17 +276,6 @@ def _direct(name: str) -> Callable[..., tuple]:
 _DIRECT = SimpleNamespace(**{n: _direct(n) for n in _BACKWARDS})
 
 
-def _pool_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q_h, ln, op = inputs
-    out, attn = output
-    ctx.op = op
-    # an output whose gradient is not needed (attn, usually) comes to backward as None
-    # instead of a zero-filled tensor that the kernel would read
-    ctx.set_materialize_grads(False)
-    # the pooled output too: given it, the backward kernel reads ln once fewer
-    ctx.save_for_backward(q_h, ln, attn, out)
-
-
 def _pool_grads(ctx: Any, grad_ctx: Tensor | None, grad_attn: Tensor | None) -> tuple:
     if grad_ctx is None and grad_attn is None:
         return None, None, None
@@ -295,15 +286,6 @@ def _pool_grads(ctx: Any, grad_ctx: Tensor | None, grad_attn: Tensor | None) -> 
         q_h, ln, attn, grad_ctx.contiguous(), out,
         None if grad_attn is None else grad_attn.contiguous(), ctx.op)
     return grad_q_h, grad_ln, None
-
-
-def _resgate_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    c, w_res, _, _, alpha, op = inputs
-    _, residual = output
-    ctx.op = op
-    ctx.mark_non_differentiable(residual)  # saved for the backward, not a result to train on
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(c, w_res, alpha, residual)
 
 
 def _resgate_grads(ctx: Any, grad_out: Tensor | None, _: Tensor | None) -> tuple:
@@ -317,29 +299,12 @@ def _resgate_grads(ctx: Any, grad_out: Tensor | None, _: Tensor | None) -> tuple
             None)
 
 
-def _frd_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    grad, _ = output
-    ctx.mark_non_differentiable(grad)
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(grad)
-    ctx.batch = inputs[0].shape[0]
-
-
 def _frd_grads(ctx: Any, _: Tensor | None, grad_ce: Tensor | None) -> tuple:
     if grad_ce is None:
         return None, None, None
     (grad,) = ctx.saved_tensors
     # the kernel's grad is d(sum of ce / B)/d logits
-    return grad * (grad_ce * ctx.batch).unsqueeze(-1), None, None
-
-
-def _frdhead_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    h_t, w1, _, w2, _, op = inputs
-    hidden, _ = output
-    ctx.op = op
-    ctx.mark_non_differentiable(hidden)
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(h_t, w1, w2, hidden)
+    return grad * (grad_ce * grad.shape[0]).unsqueeze(-1), None, None
 
 
 def _frdhead_grads(ctx: Any, _: Tensor | None, grad_logits: Tensor | None) -> tuple:
@@ -355,16 +320,32 @@ def _frdhead_grads(ctx: Any, _: Tensor | None, grad_logits: Tensor | None) -> tu
 
 
 class _Rule(NamedTuple):
+    """A differentiable operator's autograd: the inputs and outputs its backward reads (saved
+    in that order: the listed inputs, then the listed outputs), the outputs that take no
+    gradient, and ``grads(ctx, *output grads)``, one gradient per input, ``op`` last. Grads of
+    outputs that reach no loss come as None."""
     name: str
-    setup: Callable[[Any, tuple, tuple], None]
+    save_inputs: tuple[int, ...]
+    save_outputs: tuple[int, ...]
+    non_differentiable: tuple[int, ...]
     grads: Callable[..., tuple]
+
+    def setup(self, ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.op = inputs[-1]
+        ctx.set_materialize_grads(False)
+        for i in self.non_differentiable:
+            ctx.mark_non_differentiable(output[i])
+        ctx.save_for_backward(*(inputs[i] for i in self.save_inputs),
+                              *(output[i] for i in self.save_outputs))
 
 
 _RULES = {rule.name: rule for rule in (
-    _Rule("pool_forward", _pool_setup, _pool_grads),
-    _Rule("resgate_forward", _resgate_setup, _resgate_grads),
-    _Rule("frd_softmax_ce", _frd_setup, _frd_grads),
-    _Rule("frdhead_forward", _frdhead_setup, _frdhead_grads))}
+    # the pooled output too: given it, the backward kernel reads ln once fewer
+    _Rule("pool_forward", (0, 1), (1, 0), (), _pool_grads),
+    # residual is saved for the backward, not a result to train on
+    _Rule("resgate_forward", (0, 1, 4), (1,), (1,), _resgate_grads),
+    _Rule("frd_softmax_ce", (), (0,), (0,), _frd_grads),
+    _Rule("frdhead_forward", (0, 1, 3), (0,), (0,), _frdhead_grads))}
 
 
 def _registered_setup(rule: _Rule) -> Callable[[Any, tuple, tuple], None]:
@@ -394,6 +375,21 @@ class _Eager(torch.autograd.Function):
         return (None, *ctx.rule.grads(ctx, *grads))
 
 
+@lru_cache(maxsize=None)
+def _native_rule(name: str) -> tuple[Any, int] | None:
+    """(the C++ launcher, the id of ``name``'s autograd rule in it), or None without it."""
+    lib = native()
+    if lib is None:
+        return None
+    rule = _RULES[name]
+
+    def backward(op: int, saved: list[Tensor], *grads: Tensor | None) -> tuple:
+        ctx = SimpleNamespace(saved_tensors=tuple(saved), op=op, kernels=_DIRECT)
+        return rule.grads(ctx, *grads)[:-1]  # the last is op's
+    return lib, lib.rule(list(rule.save_inputs), list(rule.save_outputs),
+                         list(rule.non_differentiable), backward)
+
+
 def _differentiable(name: str) -> Callable[..., tuple]:
     rule, operator = _RULES[name], getattr(torch.ops.pycuda_heads, name)
 
@@ -402,7 +398,17 @@ def _differentiable(name: str) -> Callable[..., tuple]:
         # it by name (or runs a test's)
         if torch.compiler.is_compiling() or not getattr(args[0], "is_cuda", False):
             return operator(*args)
-        return _Eager.apply(rule, *args)
+        native_rule = _native_rule(name)
+        if native_rule is None:
+            return _Eager.apply(rule, *args)
+        lib, rule_id = native_rule
+        method = _method(name, args[-1])
+        try:
+            return tuple(lib.apply(rule_id, method.handle, args[-1], args[:-1]))
+        except TypeError:
+            # not tensors: the binding's message names no argument, the checks do
+            method.check(args[:-1])
+            raise
     call.__name__ = name
     call.__doc__ = f"``torch.ops.pycuda_heads.{name}`` (eager: without the dispatcher)."
     return call

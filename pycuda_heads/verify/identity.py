@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from .. import records
 from ..catalog import SUITE_TEMPLATE, catalog
-from ..core.compile import NVCC_OPTIONS
+from ..core.compile import NVCC_OPTIONS, cache_dir
 from ..core.op import op_source_hash
 from ..core.tuned import table_dir
 from .static_check import NvccUnavailableError, nvcc_version
@@ -121,8 +121,7 @@ def compile_digests(source: str) -> dict[str, str]:
     as the library compiles; cached on disk by source, options and nvcc version."""
     key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, ARCH, nvcc_version()))
                          .encode()).hexdigest()[:24]
-    root = os.environ.get("PYCUDA_HEADS_CACHE") or Path.home() / ".cache" / "pycuda-heads"
-    cached = Path(root) / "identity" / f"{key}.json"
+    cached = cache_dir("identity") / f"{key}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="pycuda-heads-") as tmp:

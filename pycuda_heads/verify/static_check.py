@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any, Mapping
 
 from .. import records
 from ..catalog import SUITE_TEMPLATE, Catalog, catalog
-from ..core.compile import NVCC_OPTIONS
+from ..core.compile import NVCC_OPTIONS, cache_dir
 from ..core.device import GpuUnavailableError, driver_devices
 from ..core.source import render, variant_hash
 from ..core.spec import KernelSpec
@@ -92,13 +91,6 @@ def nvcc_version() -> str:
     return out.strip().splitlines()[-1]
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("PYCUDA_HEADS_CACHE") or Path.home() / ".cache" / "pycuda-heads"
-    path = Path(root) / "static"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def parse_ptxas(log: str) -> dict[str, EntryResources]:
     """Per-entry resources from ``ptxas -v`` output."""
     entries: dict[str, EntryResources] = {}
@@ -142,7 +134,7 @@ def _check(family: str, constants: Mapping[str, Any], arch: str,
            source_dir: Path | None) -> StaticReport:
     source = render(family, constants, source_dir)
     key = variant_hash(source, (*NVCC_OPTIONS, arch, nvcc_version()))
-    cached = _cache_dir() / f"{key}.json"
+    cached = cache_dir("static") / f"{key}.json"
     report = StaticReport(family, {k: int(v) for k, v in constants.items()}, arch, key)
     data = json.loads(cached.read_text()) if cached.is_file() else {}
     if "warnings" in data:  # a result of before warnings were kept is made again

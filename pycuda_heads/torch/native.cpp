@@ -1,0 +1,318 @@
+// The eager path from torch tensors to kernel launches, in C++: a launch program per method and
+// signature (recorded once by Python), run with at::empty outputs on torch's current stream, and
+// a custom autograd node whose backward is the operator's Python formula. Python makes each
+// program (shape checks, launch parameters); this file only replays it, so the per-call host
+// cost is a signature key, the allocations and the launches.
+#include <torch/extension.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// ---- the driver, opened at run time: nothing to link, so the module loads on any machine ----
+struct Driver {
+  decltype(&cuLaunchKernelEx) launch = nullptr;
+  decltype(&cuCtxGetCurrent) get_current = nullptr;
+  decltype(&cuCtxSetCurrent) set_current = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) retain = nullptr;
+  decltype(&cuDeviceGet) device_get = nullptr;
+  decltype(&cuGetErrorName) error_name = nullptr;
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    TORCH_CHECK(lib != nullptr, "pycuda_heads native: cannot open libcuda.so.1");
+    auto get = [lib](const char* name) {
+      void* f = dlsym(lib, name);
+      TORCH_CHECK(f != nullptr, "pycuda_heads native: libcuda has no ", name);
+      return f;
+    };
+    d.launch = reinterpret_cast<decltype(d.launch)>(get("cuLaunchKernelEx"));
+    d.get_current = reinterpret_cast<decltype(d.get_current)>(get("cuCtxGetCurrent"));
+    d.set_current = reinterpret_cast<decltype(d.set_current)>(get("cuCtxSetCurrent"));
+    d.retain = reinterpret_cast<decltype(d.retain)>(get("cuDevicePrimaryCtxRetain_v2"));
+    d.device_get = reinterpret_cast<decltype(d.device_get)>(get("cuDeviceGet"));
+    d.error_name = reinterpret_cast<decltype(d.error_name)>(get("cuGetErrorName"));
+    return d;
+  }();
+  return d;
+}
+
+void check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* name = "?";
+  driver().error_name(r, &name);
+  TORCH_CHECK(false, what, " failed: ", name);
+}
+
+// The device's primary context current in this thread (the kernels were loaded in it; a thread
+// torch has not initialised, or an autograd worker, may have none current).
+void bind_context(int device) {
+  thread_local int bound = -1;
+  if (bound == device) return;
+  CUcontext current = nullptr;
+  check(driver().get_current(&current), "cuCtxGetCurrent");
+  if (current == nullptr) {
+    CUdevice dev;
+    CUcontext primary;
+    check(driver().device_get(&dev, device), "cuDeviceGet");
+    check(driver().retain(&primary, dev), "cuDevicePrimaryCtxRetain");
+    check(driver().set_current(primary), "cuCtxSetCurrent");
+  }
+  bound = device;
+}
+
+// ---- programs ----
+enum Source { INPUT = 0, OUTPUT = 1, SCRATCH = 2 };
+
+struct Pointer {
+  int64_t slot, source, index, offset;
+};
+
+struct Launch {
+  CUfunction function;
+  unsigned grid[3], block[3], shared;
+  bool pdl;
+  std::string slots;  // 8 bytes an argument, pointers zero
+  std::vector<Pointer> pointers;
+};
+
+struct Program {
+  std::vector<Launch> launches;
+  std::vector<std::vector<int64_t>> outputs;  // float32 shapes
+  int64_t scratch_bytes = 0;
+  int device = 0;
+};
+
+// What decides a program: per tensor its shape, dtype, device, contiguity and address modulo 16
+// (the ops' alignment checks), or that it is absent.
+using Key = std::vector<int64_t>;
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = k.size();
+    for (int64_t v : k) h = h * 1000003u ^ static_cast<size_t>(v);
+    return h;
+  }
+};
+
+Key signature(const std::vector<std::optional<at::Tensor>>& tensors) {
+  Key key;
+  key.reserve(tensors.size() * 8);
+  for (const auto& t : tensors) {
+    if (!t.has_value() || !t->defined()) {
+      key.push_back(-1);
+      continue;
+    }
+    key.push_back(t->dim());
+    for (int64_t s : t->sizes()) key.push_back(s);
+    key.push_back(static_cast<int64_t>(t->scalar_type()));
+    key.push_back(t->is_cuda() ? t->get_device() : -2);
+    key.push_back(t->is_contiguous());
+    key.push_back(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16);
+  }
+  return key;
+}
+
+struct Method {
+  py::object record;  // tensors -> the program's description (raises on bad input)
+  std::unordered_map<Key, std::shared_ptr<const Program>, KeyHash> programs;
+};
+
+// Python objects live as long as the process: never destroyed after the interpreter is gone.
+std::mutex methods_lock;
+auto& methods = *new std::vector<std::unique_ptr<Method>>();
+
+Method& method(int64_t handle) {
+  std::lock_guard<std::mutex> guard(methods_lock);
+  TORCH_CHECK(handle >= 0 && handle < static_cast<int64_t>(methods.size()),
+              "pycuda_heads native: no method ", handle);
+  return *methods[handle];
+}
+
+std::shared_ptr<const Program> describe(py::handle d) {
+  // (launches, outputs, scratch_bytes, device); a launch is (function, grid, block, shared, pdl,
+  // slots, pointers)
+  auto program = std::make_shared<Program>();
+  auto t = d.cast<py::tuple>();
+  for (auto l : t[0].cast<py::list>()) {
+    auto lt = l.cast<py::tuple>();
+    Launch launch;
+    launch.function = reinterpret_cast<CUfunction>(lt[0].cast<uintptr_t>());
+    auto grid = lt[1].cast<std::array<unsigned, 3>>();
+    auto block = lt[2].cast<std::array<unsigned, 3>>();
+    std::copy(grid.begin(), grid.end(), launch.grid);
+    std::copy(block.begin(), block.end(), launch.block);
+    launch.shared = lt[3].cast<unsigned>();
+    launch.pdl = lt[4].cast<bool>();
+    launch.slots = lt[5].cast<std::string>();
+    for (auto p : lt[6].cast<py::list>()) {
+      auto pt = p.cast<std::array<int64_t, 4>>();
+      launch.pointers.push_back({pt[0], pt[1], pt[2], pt[3]});
+    }
+    program->launches.push_back(std::move(launch));
+  }
+  program->outputs = t[1].cast<std::vector<std::vector<int64_t>>>();
+  program->scratch_bytes = t[2].cast<int64_t>();
+  program->device = t[3].cast<int>();
+  return program;
+}
+
+auto& raw_stream = *new py::object();  // torch._C._cuda_getCurrentRawStream
+std::atomic<int64_t> launch_count{0};  // a host tally for tests, not data on the device
+
+std::vector<at::Tensor> run(int64_t handle, const std::vector<std::optional<at::Tensor>>& tensors) {
+  Method& m = method(handle);
+  Key key;
+  bool keyed = true;
+  try {
+    key = signature(tensors);
+  } catch (const c10::Error&) {  // a tensor without storage: the record's checks name it
+    keyed = false;
+  }
+  std::shared_ptr<const Program> program;
+  if (keyed) {
+    std::lock_guard<std::mutex> guard(methods_lock);
+    auto hit = m.programs.find(key);
+    if (hit != m.programs.end()) program = hit->second;
+  }
+  if (!program) {
+    py::gil_scoped_acquire gil;
+    program = describe(m.record(tensors));
+    std::lock_guard<std::mutex> guard(methods_lock);
+    if (m.programs.size() >= 1024) m.programs.clear();  // many batch sizes: start afresh
+    if (keyed) m.programs.emplace(key, program);
+  }
+  auto options = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, program->device);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(program->outputs.size());
+  for (const auto& shape : program->outputs) outputs.push_back(at::empty(shape, options));
+  at::Tensor scratch;
+  if (program->scratch_bytes)
+    scratch = at::empty({program->scratch_bytes}, options.dtype(at::kByte));
+  CUstream stream;
+  {
+    py::gil_scoped_acquire gil;
+    stream = reinterpret_cast<CUstream>(raw_stream(program->device).cast<uintptr_t>());
+  }
+  bind_context(program->device);
+
+  std::vector<char> slots;
+  std::vector<void*> params;
+  for (const Launch& l : program->launches) {
+    slots.assign(l.slots.begin(), l.slots.end());
+    for (const Pointer& p : l.pointers) {
+      uintptr_t base = 0;
+      if (p.source == INPUT) base = reinterpret_cast<uintptr_t>(tensors[p.index]->data_ptr());
+      else if (p.source == OUTPUT) base = reinterpret_cast<uintptr_t>(outputs[p.index].data_ptr());
+      else base = reinterpret_cast<uintptr_t>(scratch.data_ptr());
+      uint64_t address = base + p.offset;
+      std::memcpy(slots.data() + 8 * p.slot, &address, 8);
+    }
+    params.resize(slots.size() / 8);
+    for (size_t i = 0; i < params.size(); ++i) params[i] = slots.data() + 8 * i;
+    CUlaunchConfig config{};
+    config.gridDimX = l.grid[0];
+    config.gridDimY = l.grid[1];
+    config.gridDimZ = l.grid[2];
+    config.blockDimX = l.block[0];
+    config.blockDimY = l.block[1];
+    config.blockDimZ = l.block[2];
+    config.sharedMemBytes = l.shared;
+    config.hStream = stream;
+    CUlaunchAttribute attribute{};
+    if (l.pdl) {
+      attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attribute.value.programmaticStreamSerializationAllowed = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
+    check(driver().launch(&config, l.function, params.data(), nullptr), "cuLaunchKernelEx");
+    ++launch_count;
+  }
+  return outputs;
+}
+
+// ---- autograd: a differentiable operator's node; what it saves is declared per rule, its
+// backward is the rule's Python formula ----
+struct Rule {
+  std::vector<int64_t> save_inputs, save_outputs, non_differentiable;
+  py::object backward;  // (op, saved tensors, *grads) -> one gradient (or None) per input
+};
+
+auto& rules = *new std::vector<std::unique_ptr<Rule>>();
+
+struct Node : public torch::autograd::Function<Node> {
+  static variable_list forward(AutogradContext* ctx, int64_t rule, int64_t handle, int64_t op,
+                               at::TensorList inputs) {
+    std::vector<std::optional<at::Tensor>> given(inputs.begin(), inputs.end());
+    auto outputs = run(handle, given);
+    const Rule& r = *rules.at(rule);
+    variable_list saved;
+    for (int64_t i : r.save_inputs) saved.push_back(inputs[i]);
+    for (int64_t i : r.save_outputs) saved.push_back(outputs[i]);
+    ctx->save_for_backward(saved);
+    for (int64_t i : r.non_differentiable) ctx->mark_non_differentiable({outputs[i]});
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["rule"] = rule;
+    ctx->saved_data["op"] = op;
+    ctx->saved_data["inputs"] = static_cast<int64_t>(inputs.size());
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    int64_t rule = ctx->saved_data["rule"].toInt();
+    int64_t n = ctx->saved_data["inputs"].toInt();
+    variable_list saved = ctx->get_saved_variables();
+    variable_list result(3);  // rule, handle, op: no gradient
+    py::gil_scoped_acquire gil;
+    py::list grad_list;
+    for (const auto& g : grads) grad_list.append(g.defined() ? py::cast(g) : py::none());
+    py::tuple got = rules.at(rule)->backward(ctx->saved_data["op"].toInt(), saved, *grad_list);
+    TORCH_CHECK(static_cast<int64_t>(got.size()) == n, "pycuda_heads native: a backward gave ",
+                got.size(), " gradients for ", n, " inputs");
+    for (auto g : got) result.push_back(g.is_none() ? at::Tensor() : g.cast<at::Tensor>());
+    return result;
+  }
+};
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("method", [](py::object record) {
+    std::lock_guard<std::mutex> guard(methods_lock);
+    methods.push_back(std::make_unique<Method>(Method{std::move(record), {}}));
+    return static_cast<int64_t>(methods.size() - 1);
+  }, "A method whose programs ``record(tensors)`` describes; its handle.");
+  m.def("rule", [](std::vector<int64_t> save_inputs, std::vector<int64_t> save_outputs,
+                   std::vector<int64_t> non_differentiable, py::object backward) {
+    rules.push_back(std::make_unique<Rule>(Rule{std::move(save_inputs), std::move(save_outputs),
+                                                std::move(non_differentiable),
+                                                std::move(backward)}));
+    return static_cast<int64_t>(rules.size() - 1);
+  }, "A differentiable operator's autograd rule; its id.");
+  m.def("run", &run, "The method's launches for these tensors; its output tensors.",
+        py::arg("handle"), py::arg("tensors"));
+  m.def("apply", [](int64_t rule, int64_t handle, int64_t op, std::vector<at::Tensor> inputs) {
+    return Node::apply(rule, handle, op, at::TensorList(inputs));
+  }, "``run`` as one autograd node of ``rule``.");
+  m.def("set_raw_stream", [](py::object getter) { raw_stream = std::move(getter); });
+  m.def("launch_count", [] { return launch_count.load(); }, "Launches made so far.");
+}

@@ -1,0 +1,72 @@
+"""The C++ launcher (``native.cpp``): launch programs replayed and autograd nodes made without
+the interpreter, built once per source and torch version by torch's extension builder into
+the pycuda-heads cache. Where it cannot be built (no C++ compiler, ninja or CUDA's ``cuda.h``)
+or ``PYCUDA_HEADS_NATIVE=0`` turns it off, the Python launcher in ``launch.py`` runs the same
+programs, and one warning says why."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..core.compile import cache_dir
+
+SOURCE = Path(__file__).with_name("native.cpp")
+
+try:  # the raw handle without building a Stream object (what inductor's own code calls)
+    raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # a build without it: the public, slower way
+    def raw_stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def cuda_include() -> Path | None:
+    """The folder holding the CUDA driver API's ``cuda.h``: under $CUDA_HOME, $CUDA_PATH, the
+    toolkit of the ``nvcc`` on the PATH, or /usr/local/cuda."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(str(Path(nvcc).resolve().parent.parent))
+    roots.append("/usr/local/cuda")
+    for root in filter(None, roots):
+        if (Path(root) / "include" / "cuda.h").is_file():
+            return Path(root) / "include"
+    return None
+
+
+def build() -> Any:
+    """Build (or load from the cache) the extension module; raises what the build raised."""
+    from torch.utils import cpp_extension
+    include = cuda_include()
+    if include is None:
+        raise RuntimeError("no cuda.h found (set CUDA_HOME to the CUDA toolkit)")
+    tag = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+    folder = cache_dir(f"native/{tag}")
+    return cpp_extension.load(f"pycuda_heads_native_{tag}", [str(SOURCE)],
+                              extra_include_paths=[str(include)], extra_cflags=["-O2"],
+                              extra_ldflags=["-ldl"], build_directory=str(folder),
+                              verbose=False)
+
+
+@lru_cache(maxsize=None)
+def native() -> Any | None:
+    """The built launcher, or None (turned off, no CUDA device, or the build failed: warned
+    once)."""
+    if os.environ.get("PYCUDA_HEADS_NATIVE", "1") == "0" or not torch.cuda.is_available():
+        return None  # turned off, or nothing to launch on
+    try:
+        module = build()
+    except Exception as exc:  # any build failure leaves the Python launcher working
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        warnings.warn(f"pycuda_heads.torch: the C++ launcher could not be built ({reason}); "
+                      "calls take the slower Python launcher (PYCUDA_HEADS_NATIVE=0 skips "
+                      "the build)", RuntimeWarning, stacklevel=2)
+        return None
+    module.set_raw_stream(raw_stream)
+    return module
