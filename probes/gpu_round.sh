@@ -6,7 +6,8 @@
 #   abmin     the same A/B by probes/host_cost_min.py (fastest of many runs), $AB_ROUNDS times
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
-#   probe     the torch host-cost probe
+#   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
+#   probe     the torch host-cost probes: C++ launcher, Python launcher, and the breakdown
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
@@ -21,6 +22,12 @@ export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
 
+if has native; then
+    mkdir -p "$out/native"
+    ( time python -c "from pycuda_heads.torch.native import build; print(build())" ) \
+        > "$out/native/build.log" 2>&1; echo "rc=$?" >> "$out/native/build.log"
+    pack native
+fi
 if has ab; then
     mkdir -p "$out/ab"
     AB_OPS="${AB_OPS:-resgate}" ROUNDS="${AB_ROUNDS:-4}" timeout "${AB_S:-120}" \
@@ -67,6 +74,10 @@ has tests && pack tests
 if has probe; then
     mkdir -p "$out/probe"
     timeout 120 python probes/torch_host_cost.py "$out/probe/torch_host_cost.json" > "$out/probe/probe.log" 2>&1
+    PYCUDA_HEADS_NATIVE=0 timeout 120 python probes/torch_host_cost.py \
+        "$out/probe/torch_host_cost_python.json" >> "$out/probe/probe.log" 2>&1
+    timeout 150 python probes/torch_host_breakdown.py "$out/probe/torch_host_breakdown.json" \
+        >> "$out/probe/probe.log" 2>&1
     pack probe
 fi
 if has whole; then
