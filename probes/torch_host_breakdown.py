@@ -2,7 +2,8 @@
 eager library call (allocation, launch program, autograd Function, module; the Python launcher
 and the C++ one), torch's own ops
 with and without autograd, and a training step cut after each of its parts (forward, backward,
-optimizer, zero_grad) for the library and the plain-torch pool model at B=2, K=8. Each number
+optimizer, zero_grad) for the library and the plain-torch pool model at B=2, K=8 and at
+B=4096, K=256, with the full step's GPU time from the profiler's kernel records. Each number
 is the fastest of 21 runs of back-to-back calls (kernels far shorter than the host time).
 
     source .gpu/env.sh && python probes/torch_host_breakdown.py OUT.json
@@ -51,7 +52,23 @@ def step_parts(loss_fn, params, inputs) -> dict:
         opt.step()
         clear()
     return {"forward, no grad": timed(no_grad), "forward": timed(lambda: loss_fn(*inputs)),
-            "forward + backward": timed(fwd_bwd), "forward + backward + Adam": timed(full)}
+            "forward + backward": timed(fwd_bwd), "forward + backward + Adam": timed(full),
+            "forward + backward + Adam, GPU time": {"kernels_us": gpu_us(full)}}
+
+
+def gpu_us(fn, steps: int = 20) -> float:
+    """The GPU time of ``fn``'s kernels per call (the profiler's kernel records), so a step's
+    wall time can be split into what the GPU needs and what the host adds."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return round(sum(e.device_time for e in kernels) / steps, 2)
 
 
 def main(out: str) -> None:
@@ -101,12 +118,12 @@ def main(out: str) -> None:
     for name, fn in layers.items():
         record["layers"][name] = timed(fn)
         json.dump(record, open(out, "w"), indent=1)
-    shape = {"B": 2, "K": 8}
-    library, plain, lib_params, plain_params = torch_train.models(torch, "pool")
-    for impl, fn, params in (("library", library, lib_params), ("torch", plain, plain_params)):
-        record["steps"][impl] = step_parts(fn, params,
-                                           torch_train.batch(torch, "pool", shape))
-        json.dump(record, open(out, "w"), indent=1)
+    for shape in ({"B": 2, "K": 8}, {"B": 4096, "K": 256}):
+        library, plain, lib_params, plain_params = torch_train.models(torch, "pool")
+        for impl, fn, params in (("library", library, lib_params), ("torch", plain, plain_params)):
+            record["steps"][f"{impl} B={shape['B']},K={shape['K']}"] = step_parts(
+                fn, params, torch_train.batch(torch, "pool", shape))
+            json.dump(record, open(out, "w"), indent=1)
     print(json.dumps(record, indent=1))
 
 
