@@ -1,10 +1,9 @@
 """Where the host time of a PyTorch training step goes on the GPU machine: the layers of one
 eager library call (allocation, launch program, autograd Function, module; the Python launcher
-and the C++ one), torch's own ops
-with and without autograd, and a training step cut after each of its parts (forward, backward,
-optimizer, zero_grad) for the library and the plain-torch pool model at B=2, K=8 and at
-B=4096, K=256, with the full step's GPU time from the profiler's kernel records. Each number
-is the fastest of 21 runs of back-to-back calls (kernels far shorter than the host time).
+and the C++ one), torch's own ops with and without autograd, and a training step cut after each
+of its parts (forward, backward, optimizer, zero_grad) for the library and the plain-torch pool
+model at B=2, K=8 and at B=4096, K=256, with the full step's GPU time from the profiler's
+kernel records. Each number is the fastest of 21 runs of back-to-back calls.
 
     source .gpu/env.sh && python probes/torch_host_breakdown.py OUT.json
 """
