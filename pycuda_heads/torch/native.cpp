@@ -48,7 +48,7 @@ const Driver& driver() {
     d.launch = reinterpret_cast<decltype(d.launch)>(get("cuLaunchKernelEx"));
     d.get_current = reinterpret_cast<decltype(d.get_current)>(get("cuCtxGetCurrent"));
     d.set_current = reinterpret_cast<decltype(d.set_current)>(get("cuCtxSetCurrent"));
-    d.retain = reinterpret_cast<decltype(d.retain)>(get("cuDevicePrimaryCtxRetain_v2"));
+    d.retain = reinterpret_cast<decltype(d.retain)>(get("cuDevicePrimaryCtxRetain"));
     d.device_get = reinterpret_cast<decltype(d.device_get)>(get("cuDeviceGet"));
     d.error_name = reinterpret_cast<decltype(d.error_name)>(get("cuGetErrorName"));
     return d;
