@@ -48,7 +48,7 @@ def test_an_autograd_rule_registers_and_its_node_runs_the_method(lib):
     def record(tensors):
         raise ValueError("x: expected shape [B, K, D]")
 
-    rule = lib.rule([0], [], [], lambda op, saved, *grads: (None,))
+    rule = lib.rule("probe", [0], [], [], lambda op, saved, *grads: (None,))
     handle = lib.method(record)
     with pytest.raises(ValueError, match=r"\bx\b"):
         lib.apply(rule, handle, 0, [torch.zeros(3, requires_grad=True)])

@@ -4,10 +4,14 @@
 // program (shape checks, launch parameters); this file only replays it, so the per-call host
 // cost is a signature key, the allocations and the launches.
 #include <torch/extension.h>
-#include <torch/csrc/autograd/custom_function.h>
+
+#include <torch/csrc/autograd/functions/utils.h>
 
 #include <cuda.h>
 #include <dlfcn.h>
+#ifdef PYCUDA_HEADS_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <array>
 #include <atomic>
@@ -20,7 +24,7 @@
 #include <vector>
 
 namespace py = pybind11;
-using torch::autograd::AutogradContext;
+using torch::autograd::Node;
 using torch::autograd::variable_list;
 
 namespace {
@@ -178,6 +182,17 @@ std::shared_ptr<const Program> describe(py::handle d) {
 auto& raw_stream = *new py::object();  // torch._C._cuda_getCurrentRawStream
 std::atomic<int64_t> launch_count{0};  // a host tally for tests, not data on the device
 
+// torch's current stream on the device: read in C++ where torch is a CUDA build, else asked of
+// Python (a build against a CPU torch only ever compiles here: it has nothing to launch on)
+CUstream current_stream(int device) {
+#ifdef PYCUDA_HEADS_TORCH_CUDA
+  return reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(device).stream());
+#else
+  py::gil_scoped_acquire gil;
+  return reinterpret_cast<CUstream>(raw_stream(device).cast<uintptr_t>());
+#endif
+}
+
 std::vector<at::Tensor> run(int64_t handle, const std::vector<std::optional<at::Tensor>>& tensors) {
   Method& m = method(handle);
   Key key;
@@ -207,11 +222,7 @@ std::vector<at::Tensor> run(int64_t handle, const std::vector<std::optional<at::
   at::Tensor scratch;
   if (program->scratch_bytes)
     scratch = at::empty({program->scratch_bytes}, options.dtype(at::kByte));
-  CUstream stream;
-  {
-    py::gil_scoped_acquire gil;
-    stream = reinterpret_cast<CUstream>(raw_stream(program->device).cast<uintptr_t>());
-  }
+  CUstream stream = current_stream(program->device);
   bind_context(program->device);
 
   std::vector<char> slots;
@@ -250,48 +261,85 @@ std::vector<at::Tensor> run(int64_t handle, const std::vector<std::optional<at::
   return outputs;
 }
 
-// ---- autograd: a differentiable operator's node; what it saves is declared per rule, its
-// backward is the rule's Python formula ----
+// ---- autograd: a differentiable operator's node, made as torch's generated ones are (no
+// custom-function context); what it saves is declared per rule, its backward is the rule's
+// Python formula ----
 struct Rule {
+  std::string name;
   std::vector<int64_t> save_inputs, save_outputs, non_differentiable;
   py::object backward;  // (op, saved tensors, *grads) -> one gradient (or None) per input
 };
 
 auto& rules = *new std::vector<std::unique_ptr<Rule>>();
 
-struct Node : public torch::autograd::Function<Node> {
-  static variable_list forward(AutogradContext* ctx, int64_t rule, int64_t handle, int64_t op,
-                               at::TensorList inputs) {
-    std::vector<std::optional<at::Tensor>> given(inputs.begin(), inputs.end());
-    auto outputs = run(handle, given);
-    const Rule& r = *rules.at(rule);
-    variable_list saved;
-    for (int64_t i : r.save_inputs) saved.push_back(inputs[i]);
-    for (int64_t i : r.save_outputs) saved.push_back(outputs[i]);
-    ctx->save_for_backward(saved);
-    for (int64_t i : r.non_differentiable) ctx->mark_non_differentiable({outputs[i]});
-    ctx->set_materialize_grads(false);
-    ctx->saved_data["rule"] = rule;
-    ctx->saved_data["op"] = op;
-    ctx->saved_data["inputs"] = static_cast<int64_t>(inputs.size());
-    return outputs;
-  }
+struct FormulaNode : public Node {
+  const Rule* rule = nullptr;
+  int64_t op = 0;
+  size_t inputs = 0;
+  std::vector<torch::autograd::SavedVariable> saved;
+  std::mutex lock;
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    int64_t rule = ctx->saved_data["rule"].toInt();
-    int64_t n = ctx->saved_data["inputs"].toInt();
-    variable_list saved = ctx->get_saved_variables();
-    variable_list result(3);  // rule, handle, op: no gradient
+  std::string name() const override { return "pycuda_heads::" + rule->name + "Backward"; }
+
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> guard(lock);
+    variable_list tensors;
+    for (const auto& s : saved) tensors.push_back(s.unpack(getptr()));
     py::gil_scoped_acquire gil;
-    py::list grad_list;
-    for (const auto& g : grads) grad_list.append(g.defined() ? py::cast(g) : py::none());
-    py::tuple got = rules.at(rule)->backward(ctx->saved_data["op"].toInt(), saved, *grad_list);
-    TORCH_CHECK(static_cast<int64_t>(got.size()) == n, "pycuda_heads native: a backward gave ",
-                got.size(), " gradients for ", n, " inputs");
+    py::list given;
+    for (const auto& g : grads) given.append(g.defined() ? py::cast(g) : py::none());
+    py::tuple got = rule->backward(op, tensors, *given);
+    TORCH_CHECK(got.size() == inputs, "pycuda_heads native: a backward gave ", got.size(),
+                " gradients for ", inputs, " inputs");
+    variable_list result;
     for (auto g : got) result.push_back(g.is_none() ? at::Tensor() : g.cast<at::Tensor>());
     return result;
   }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> guard(lock);
+    saved.clear();
+  }
 };
+
+// torch holds nodes by std::shared_ptr in older releases and by c10::intrusive_ptr in newer
+// ones: make ours the way this torch does
+using NodePtr = decltype(std::declval<Node&>().getptr());
+template <class P>
+struct NodeMaker;
+template <>
+struct NodeMaker<std::shared_ptr<Node>> {
+  template <class N>
+  static std::shared_ptr<N> make() { return std::shared_ptr<N>(new N()); }
+};
+template <>
+struct NodeMaker<c10::intrusive_ptr<Node>> {
+  template <class N>
+  static c10::intrusive_ptr<N> make() { return c10::make_intrusive<N>(); }
+};
+
+variable_list apply(int64_t rule, int64_t handle, int64_t op, const std::vector<at::Tensor>& in) {
+  auto outputs = run(handle, std::vector<std::optional<at::Tensor>>(in.begin(), in.end()));
+  if (!torch::autograd::compute_requires_grad(in)) return outputs;
+  const Rule& r = *rules.at(rule);
+  auto node = NodeMaker<NodePtr>::make<FormulaNode>();
+  node->rule = &r;
+  node->op = op;
+  node->inputs = in.size();
+  node->set_next_edges(torch::autograd::collect_next_edges(in));
+  NodePtr as_node = node;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    bool differentiable = std::find(r.non_differentiable.begin(), r.non_differentiable.end(),
+                                    static_cast<int64_t>(i)) == r.non_differentiable.end();
+    if (differentiable)
+      torch::autograd::set_history(outputs[i], as_node);
+    else
+      node->add_input_metadata(Node::undefined_input());
+  }
+  for (int64_t i : r.save_inputs) node->saved.emplace_back(in[i], false);
+  for (int64_t i : r.save_outputs) node->saved.emplace_back(outputs[i], true);
+  return outputs;
+}
 
 }  // namespace
 
@@ -301,18 +349,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     methods.push_back(std::make_unique<Method>(Method{std::move(record), {}}));
     return static_cast<int64_t>(methods.size() - 1);
   }, "A method whose programs ``record(tensors)`` describes; its handle.");
-  m.def("rule", [](std::vector<int64_t> save_inputs, std::vector<int64_t> save_outputs,
-                   std::vector<int64_t> non_differentiable, py::object backward) {
-    rules.push_back(std::make_unique<Rule>(Rule{std::move(save_inputs), std::move(save_outputs),
+  m.def("rule", [](std::string name, std::vector<int64_t> save_inputs,
+                   std::vector<int64_t> save_outputs, std::vector<int64_t> non_differentiable,
+                   py::object backward) {
+    rules.push_back(std::make_unique<Rule>(Rule{std::move(name), std::move(save_inputs),
+                                                std::move(save_outputs),
                                                 std::move(non_differentiable),
                                                 std::move(backward)}));
     return static_cast<int64_t>(rules.size() - 1);
   }, "A differentiable operator's autograd rule; its id.");
   m.def("run", &run, "The method's launches for these tensors; its output tensors.",
         py::arg("handle"), py::arg("tensors"));
-  m.def("apply", [](int64_t rule, int64_t handle, int64_t op, std::vector<at::Tensor> inputs) {
-    return Node::apply(rule, handle, op, at::TensorList(inputs));
-  }, "``run`` as one autograd node of ``rule``.");
+  m.def("apply", &apply, "``run``, its outputs joined to the autograd graph by one node of "
+        "``rule``.", py::arg("rule"), py::arg("handle"), py::arg("op"), py::arg("inputs"));
   m.def("set_raw_stream", [](py::object getter) { raw_stream = std::move(getter); });
   m.def("launch_count", [] { return launch_count.load(); }, "Launches made so far.");
 }

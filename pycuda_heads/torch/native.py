@@ -48,10 +48,14 @@ def build() -> Any:
         raise RuntimeError("no cuda.h found (set CUDA_HOME to the CUDA toolkit)")
     tag = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     folder = cache_dir(f"native/{tag}")
+    # a CUDA build of torch hands its current stream over in C++ (linked to c10_cuda)
+    with_cuda = torch.version.cuda is not None
     return cpp_extension.load(f"pycuda_heads_native_{tag}", [str(SOURCE)],
-                              extra_include_paths=[str(include)], extra_cflags=["-O2"],
-                              extra_ldflags=["-ldl"], build_directory=str(folder),
-                              verbose=False)
+                              extra_include_paths=[str(include)],
+                              extra_cflags=["-O2", *(["-DPYCUDA_HEADS_TORCH_CUDA"]
+                                                     if with_cuda else [])],
+                              extra_ldflags=["-ldl"], with_cuda=with_cuda,
+                              build_directory=str(folder), verbose=False)
 
 
 @lru_cache(maxsize=None)

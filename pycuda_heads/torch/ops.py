@@ -386,7 +386,7 @@ def _native_rule(name: str) -> tuple[Any, int] | None:
     def backward(op: int, saved: list[Tensor], *grads: Tensor | None) -> tuple:
         ctx = SimpleNamespace(saved_tensors=tuple(saved), op=op, kernels=_DIRECT)
         return rule.grads(ctx, *grads)[:-1]  # the last is op's
-    return lib, lib.rule(list(rule.save_inputs), list(rule.save_outputs),
+    return lib, lib.rule(name, list(rule.save_inputs), list(rule.save_outputs),
                          list(rule.non_differentiable), backward)
 
 
