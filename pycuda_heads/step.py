@@ -174,7 +174,9 @@ class TrainStep(_Captured):
 
     ``launch`` maps an op family of ``TRAIN_OPS`` to its kernels' launch parameters. The FRD
     head is ``FrdHeadSmall`` (key ``frdsmall``) at B <= ``SMALL_BATCH``, else ``FrdHead`` (key
-    ``frdhead``); the other key's entry is not used.
+    ``frdhead``); the other key's entry is not used. With ``FrdHeadSmall`` the FRD forward,
+    softmax-CE and loss are its one ``forward_loss`` launch (the ``frd`` and ``headloss`` keys
+    are then not used either).
     """
 
     def __init__(self, n_horizons: int, hidden_dim: int, batch: int, seq_len: int, *,
@@ -281,11 +283,17 @@ class TrainStep(_Captured):
         ctx, attn = self.pool.forward(p["q_h"], x["ln"], stream=s)
         out, residual = self.resgate.forward(ctx, p["w_res"], p["bias_res"], x["base"],
                                              p["alpha"], stream=s)
-        hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
-                                           stream=s)
-        grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
-                                                   stream=s)
-        grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits, stream=s)
+        if isinstance(self.head, FrdHeadSmall):  # forward, softmax-CE and the loss: one launch
+            hidden, logits, grad_logits_w, ce, grad_out, loss = self.head.forward_loss(
+                x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"], x["labels"], out, x["y"],
+                frd_weight=self.loss.frd_weight, stream=s)
+        else:
+            hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
+                                               stream=s)
+            grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
+                                                       stream=s)
+            grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits,
+                                                           stream=s)
         g_wres, g_bres, grad_ctx, _, g_alpha = self.resgate.backward(
             ctx, p["w_res"], p["alpha"], residual, grad_out, stream=s)
         g_q, _ = self.pool.backward(p["q_h"], x["ln"], attn, grad_ctx, ctx=ctx, stream=s)
