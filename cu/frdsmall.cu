@@ -7,7 +7,10 @@
 //   backward  one launch computes two independent parts: the weight and bias gradients (one
 //             output per lane, the batch split in SPLIT contiguous ranges over warps, partials
 //             added in warp order) and the row gradient (dhidden or grad_h_t, ROWS rows a block).
-// Every sum has a fixed order and every output one writer: no scratch, no reduce, no atomics.
+//   forward_loss  the forward, then the training step's loss on the block's rows: the softmax-CE
+//             gradient (frd.cu's) times frd_weight and the head loss (headloss.cu's), one launch.
+// Every sum has a fixed order and every output one writer: no scratch, no reduce, no atomics
+// (but forward_loss's per-block loss partials, which the op sums when there are several).
 // The weight gradients land in one row [weights | biases], the layout frdhead's reduce leaves.
 // Template constants: D_IN, FRD_HIDDEN, N_HORIZONS, N_ATOMS; knobs WARPS (a block's warps),
 // ROWS (rows per block), SPLIT (warps sharing one output's batch sum; divides WARPS).
@@ -96,6 +99,101 @@ frdsmall_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
     rows_times_wt<D_IN, FRD_HIDDEN, true>(x, w1, b1, hid, hidden, r0, B);
     __syncthreads();
     rows_times_wt<FRD_HIDDEN, HA, false>(hid, w2, b2, nullptr, logits, r0, B);
+}
+
+// max over lanes (exact in any order)
+__device__ __forceinline__ float lane_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The training step's FRD branch forward and its loss in one launch, grid ceil(B / ROWS): the
+// forward (its logits also kept in shared memory), then per (row, horizon), a warp each:
+//   p = softmax(logits), ce = -log(max(p[label], 1e-30)), grad_logits = frd_weight * (p - onehot)
+//   * inv_b (label -1: zero row and loss; a label outside [-1, N_ATOMS): NaN), as frd.cu;
+//   grad_out = (out - y) * grad_scale, as headloss.cu;
+// and partial[blockIdx.x] = sum (out - y)^2 * inv_bh + sum ce * weight_over_b over the block's
+// rows, each sum in (row, horizon) order: the loss itself when the grid is one block.
+extern "C" __global__ void __launch_bounds__(THREADS)
+frdsmall_forward_loss(const float* __restrict__ h_t, const float* __restrict__ w1,
+                      const float* __restrict__ b1, const float* __restrict__ w2,
+                      const float* __restrict__ b2, const int* __restrict__ labels,
+                      const float* __restrict__ out, const float* __restrict__ y,
+                      float* __restrict__ hidden, float* __restrict__ logits,
+                      float* __restrict__ grad_logits, float* __restrict__ ce,
+                      float* __restrict__ grad_out, float* __restrict__ partial, const int B,
+                      const float inv_b, const float frd_weight, const float grad_scale,
+                      const float inv_bh, const float weight_over_b)
+{
+    pdl_enter();
+    float* x = smem;                        // [ROWS][D_IN]
+    float* hid = x + ROWS * D_IN;           // [ROWS][FRD_HIDDEN]
+    float* lg = hid + ROWS * FRD_HIDDEN;    // [ROWS][HA]
+    float* sq = lg + ROWS * HA;             // [ROWS * N_HORIZONS] squared errors
+    float* row_ce = sq + ROWS * N_HORIZONS; // [ROWS * N_HORIZONS]
+    const int r0 = blockIdx.x * ROWS;
+    load_rows<D_IN>(x, h_t, r0, B);
+    __syncthreads();
+    rows_times_wt<D_IN, FRD_HIDDEN, true>(x, w1, b1, hid, hidden, r0, B);
+    __syncthreads();
+    rows_times_wt<FRD_HIDDEN, HA, false>(hid, w2, b2, lg, logits, r0, B);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int q = warp; q < ROWS * N_HORIZONS; q += WARPS) {  // q = r * N_HORIZONS + h
+        const size_t at = (size_t)r0 * N_HORIZONS + q;
+        if (r0 + q / N_HORIZONS >= B) {  // past the batch: adds nothing
+            if (lane == 0) sq[q] = row_ce[q] = 0.f;
+            continue;
+        }
+        const float* z = lg + q * N_ATOMS;
+        const int label = labels[at];
+        const bool bad = label < -1 || label >= N_ATOMS;
+        float e[LANES(N_ATOMS)];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < LANES(N_ATOMS); i++) {
+            const int a = lane + 32 * i;
+            e[i] = a < N_ATOMS ? z[a] : -INFINITY;
+            mx = fmaxf(mx, e[i]);
+        }
+        mx = lane_max(mx);
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < LANES(N_ATOMS); i++) {
+            const int a = lane + 32 * i;
+            e[i] = a < N_ATOMS ? expf(e[i] - mx) : 0.f;
+            sum += e[i];
+        }
+        sum = __shfl_sync(0xffffffffu, lane_sum(sum), 0);  // lane 0's sum on every lane
+        float* g = grad_logits + at * N_ATOMS;
+#pragma unroll
+        for (int i = 0; i < LANES(N_ATOMS); i++) {
+            const int a = lane + 32 * i;
+            if (a >= N_ATOMS) continue;
+            const float p = e[i] / sum;
+            g[a] = label == -1 ? 0.f : bad ? NAN
+                 : frd_weight * ((p - (a == label ? 1.f : 0.f)) * inv_b);
+            if (a == label) ce[at] = row_ce[q] = -logf(fmaxf(p, 1e-30f));
+        }
+        if (lane == 0) {
+            if (label == -1 || bad) ce[at] = row_ce[q] = label == -1 ? 0.f : NAN;
+            const float d = out[at] - y[at];
+            grad_out[at] = d * grad_scale;
+            sq[q] = d * d;
+        }
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float s = 0.f, c = 0.f;
+        for (int q = lane; q < ROWS * N_HORIZONS; q += 32) {
+            s += sq[q];
+            c += row_ce[q];
+        }
+        s = lane_sum(s);
+        c = lane_sum(c);
+        if (lane == 0) partial[blockIdx.x] = s * inv_bh + c * weight_over_b;
+    }
 }
 
 // The weight part: out[e] for e < M * N is sum_b a(b, e / N) * x[b, e % N], for e < M * N + M

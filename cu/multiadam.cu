@@ -19,15 +19,39 @@ __device__ __forceinline__ void pdl_enter()
 #endif
 }
 
-// lr, bc1 and bc2 come from schedule[0..2] when it is not null (a training step whose counter
-// lives on the device, advanced by multiadam_advance), else from the arguments.
+// beta^t by squaring in double, products rounded one by one (never fused into the 1 - x that
+// follows): the host's float(1 - beta ** t) to the bit for the betas in use (a CPU test
+// compares the same sequence with Python's over many steps).
+__device__ __forceinline__ double power(double beta, int t)
+{
+    double r = 1.0;
+    for (; t; t >>= 1, beta = __dmul_rn(beta, beta))
+        if (t & 1) r = __dmul_rn(r, beta);
+    return r;
+}
+
+// With counters null, lr, bc1 and bc2 are the arguments. Otherwise the step number lives on the
+// device (a training step replayed as a graph): counters[blockIdx.x] is this block's count of
+// steps taken, which the block alone reads and advances (one writer per counter, no launch of
+// its own, all counters in lockstep), the bias corrections follow from it, and lr is lr_dev[0].
 extern "C" __global__ void __launch_bounds__(BLOCK)
 multiadam_step(const long long* __restrict__ table, const int n_tensors,
-               const float* __restrict__ schedule, const float lr, const float beta1,
-               const float beta2, const float one_minus_beta1, const float one_minus_beta2,
-               const float eps, const float bc1, const float bc2)
+               int* __restrict__ counters, const float* __restrict__ lr_dev, const float lr,
+               const float beta1, const float beta2, const float one_minus_beta1,
+               const float one_minus_beta2, const float eps, const float bc1, const float bc2,
+               const double beta1_64, const double beta2_64)
 {
     pdl_enter();
+    __shared__ float corrections[2];
+    if (counters) {
+        if (threadIdx.x == 0) {
+            const int t = counters[blockIdx.x] + 1;
+            corrections[0] = __double2float_rn(__dsub_rn(1.0, power(beta1_64, t)));
+            corrections[1] = __double2float_rn(__dsub_rn(1.0, power(beta2_64, t)));
+            counters[blockIdx.x] = t;
+        }
+        __syncthreads();
+    }
     int lo = 0, hi = n_tensors - 1;  // binary search over the rows' first blocks
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -42,9 +66,9 @@ multiadam_step(const long long* __restrict__ table, const int n_tensors,
     float* m_out = reinterpret_cast<float*>(row[5]);
     float* v_out = reinterpret_cast<float*>(row[6]);
     const int n = (int)row[7];
-    const float rate = schedule ? schedule[0] : lr;
-    const float c1 = schedule ? schedule[1] : bc1;
-    const float c2 = schedule ? schedule[2] : bc2;
+    const float rate = counters ? lr_dev[0] : lr;
+    const float c1 = counters ? corrections[0] : bc1;
+    const float c2 = counters ? corrections[1] : bc2;
     const int base = ((int)blockIdx.x - (int)row[8]) * BLOCK * ITEMS + threadIdx.x;
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
@@ -58,31 +82,5 @@ multiadam_step(const long long* __restrict__ table, const int n_tensors,
             v_out[i] = vi;
             param_out[i] = p;
         }
-    }
-}
-
-// beta^t by squaring in double, products rounded one by one (never fused into the 1 - x that
-// follows): the host's float(1 - beta ** t) to the bit for the betas in use (a CPU test
-// compares the same sequence with Python's over many steps).
-__device__ __forceinline__ double power(double beta, int t)
-{
-    double r = 1.0;
-    for (; t; t >>= 1, beta = __dmul_rn(beta, beta))
-        if (t & 1) r = __dmul_rn(r, beta);
-    return r;
-}
-
-// One thread: step[0] += 1 and the bias corrections of the new step into schedule[1..2], so a
-// replayed training step needs no argument from the host.
-extern "C" __global__ void __launch_bounds__(32)
-multiadam_advance(int* __restrict__ step, float* __restrict__ schedule, const double beta1,
-                  const double beta2)
-{
-    pdl_enter();
-    if (threadIdx.x == 0) {
-        const int t = step[0] + 1;
-        step[0] = t;
-        schedule[1] = __double2float_rn(__dsub_rn(1.0, power(beta1, t)));
-        schedule[2] = __double2float_rn(__dsub_rn(1.0, power(beta2, t)));
     }
 }

@@ -1,5 +1,6 @@
 """Where a TrainStep's time goes: per shape, the graph replay's and the eager step's wall time
-per step, and each launch of one eager step timed alone on the GPU (entry, grid, median us).
+per step, and each launch of one eager step timed alone on the GPU (entry, grid, median us;
+both streams' launches, in the order they were made: probes/train_step_notes.md lists them).
 
     source .gpu/env.sh && python probes/train_step_kernels.py $OUT/train_step_kernels.json
 """

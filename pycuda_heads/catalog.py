@@ -88,7 +88,8 @@ class Catalog:
 
     def bench_cases(self) -> list[BenchCase]:
         """Per family and suite shape: each kernel's pass, then fwd+bwd where the family has a
-        forward and backward stages (every other kernel, in declaration order)."""
+        forward and backward stages (every other kernel, in declaration order, but a fused
+        forward such as ``forward_loss``, a pass of its own)."""
         out = []
         for family, specs in self.families().items():
             entries = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
@@ -99,7 +100,7 @@ class Catalog:
                 for k in specs:
                     out.append(BenchCase(family, k.pass_name, shape, (k,), over))
                 if "forward" in roles and len(specs) > 1:
-                    backward = tuple(k for k in specs if k.role != "forward")
+                    backward = tuple(k for k in specs if not k.role.startswith("forward"))
                     out.append(BenchCase(family, FWD_BWD, shape, (roles["forward"], *backward),
                                          over))
         return out

@@ -165,7 +165,9 @@ class TrainStep(_Captured):
     (``HeadLoss``). A step runs the forward, the loss, the backward of both branches (the
     FRD head's F.3b and F.3c, residual + gate, pool) and one Adam step of the eight parameters
     with one multi-tensor launch. The step owns its parameters (``params``), their Adam moments,
-    its step counter and learning rate (on the device: ``schedule``) and every buffer.
+    its step counter and learning rate (on the device: ``schedule``) and every buffer. The FRD
+    head's backward stages run on a second stream of the step's, beside the pool branch's
+    backward: forked after the loss, joined before Adam, so ``stream`` waits for all of it.
 
     ``load(params)`` sets the parameters (moments zero, step 0); ``feed(**data)`` fills the
     inputs in place; ``run()`` launches the step's kernels one by one, ``replay()`` the
@@ -174,7 +176,9 @@ class TrainStep(_Captured):
 
     ``launch`` maps an op family of ``TRAIN_OPS`` to its kernels' launch parameters. The FRD
     head is ``FrdHeadSmall`` (key ``frdsmall``) at B <= ``SMALL_BATCH``, else ``FrdHead`` (key
-    ``frdhead``); the other key's entry is not used.
+    ``frdhead``); the other key's entry is not used. With ``FrdHeadSmall`` the FRD forward,
+    softmax-CE and loss are its one ``forward_loss`` launch (the ``frd`` and ``headloss`` keys
+    are then not used either).
     """
 
     def __init__(self, n_horizons: int, hidden_dim: int, batch: int, seq_len: int, *,
@@ -201,6 +205,11 @@ class TrainStep(_Captured):
         self.inputs = {n: empty(self._shape(axes), np.int32 if n in _INT_DATA else np.float32)
                        for n, axes in DATA.items()}
         self.schedule = AdamSchedule(lr)
+        # the FRD head's backward runs beside the pool branch's, on a stream of its own that
+        # forks after the loss and joins before Adam (a graph holds the two as parallel branches)
+        drv = cuda()
+        self._side = drv.Stream()
+        self._fork, self._join = (drv.Event(drv.event_flags.DISABLE_TIMING) for _ in range(2))
         self._loaded = False
         self._start(stream)
 
@@ -281,16 +290,27 @@ class TrainStep(_Captured):
         ctx, attn = self.pool.forward(p["q_h"], x["ln"], stream=s)
         out, residual = self.resgate.forward(ctx, p["w_res"], p["bias_res"], x["base"],
                                              p["alpha"], stream=s)
-        hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
-                                           stream=s)
-        grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
-                                                   stream=s)
-        grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits, stream=s)
+        if isinstance(self.head, FrdHeadSmall):  # forward, softmax-CE and the loss: one launch
+            hidden, logits, grad_logits_w, ce, grad_out, loss = self.head.forward_loss(
+                x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"], x["labels"], out, x["y"],
+                frd_weight=self.loss.frd_weight, stream=s)
+        else:
+            hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
+                                               stream=s)
+            grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
+                                                       stream=s)
+            grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits,
+                                                           stream=s)
+        side = self._side
+        self._fork.record(s)
+        side.wait_for_event(self._fork)
+        g_w2, g_b2, dhidden = self.head.grad_w2(hidden, p["w2"], grad_logits_w, stream=side)
+        g_w1, g_b1, _ = self.head.grad_w1(x["h_t"], p["w1"], hidden, dhidden, stream=side)
+        self._join.record(side)
         g_wres, g_bres, grad_ctx, _, g_alpha = self.resgate.backward(
             ctx, p["w_res"], p["alpha"], residual, grad_out, stream=s)
         g_q, _ = self.pool.backward(p["q_h"], x["ln"], attn, grad_ctx, ctx=ctx, stream=s)
-        g_w2, g_b2, dhidden = self.head.grad_w2(hidden, p["w2"], grad_logits_w, stream=s)
-        g_w1, g_b1, _ = self.head.grad_w1(x["h_t"], p["w1"], hidden, dhidden, stream=s)
+        s.wait_for_event(self._join)
         grads = {"q_h": g_q, "w_res": g_wres, "bias_res": g_bres, "alpha": g_alpha,
                  "w1": g_w1, "b1": g_b1, "w2": g_w2, "b2": g_b2}
         if not self._arena.measuring:  # the measuring pass updates nothing

@@ -84,9 +84,28 @@ def test_one_launch_walks_a_table_of_every_tensor(tables, fake_gpu):
     kernel, grid, block, args, *_ = launches[0]
     assert grid == (sum(blocks), 1, 1) and block == (64, 1, 1)
     named = dict(zip(kernel.params, args))
-    assert named["n_tensors"] == 5 and named["schedule"] == 0
+    assert named["n_tensors"] == 5 and named["counters"] == 0 and named["lr_dev"] == 0
     assert named["bc1"] == pytest.approx(1 - 0.9 ** 3, rel=1e-15)
     assert dict(zip(kernel.params, launches[1][3]))["bc2"] == pytest.approx(1 - 0.999 ** 4)
+
+
+def test_a_scheduled_step_is_one_launch_each_block_advancing_its_own_counter(tables, fake_gpu):
+    """No launch of its own advances the device step: the update's blocks each read and write
+    their own counter (one writer each), so a training step's graph holds one Adam launch."""
+    p, g, m, v = (_arrays([(n,) for n in SIZES], fake_gpu) for _ in range(4))
+    adam = MultiAdam(launch={"step": {"BLOCK": 256, "ITEMS": 1}})
+    blocks = sum(-(-n // 256) for n in SIZES)
+    schedule = object.__new__(ph.AdamSchedule)  # counters enough for the launch: none made
+    schedule.counters = FakeGPUArray((blocks,), np.int32, gpudata=fake_gpu(4 * blocks))
+    schedule.lr = FakeGPUArray((1,), np.float32, gpudata=fake_gpu(4))
+    with recorded_launches() as launches:
+        adam.step_scheduled(p, g, m, v, schedule)
+    assert len(launches) == 1
+    kernel, grid, _, args, *_ = launches[0]
+    named = dict(zip(kernel.params, args))
+    assert grid == (blocks, 1, 1)
+    assert named["counters"] == schedule.counters.gpudata and named["lr_dev"] == schedule.lr.gpudata
+    assert (named["beta1_64"], named["beta2_64"]) == (0.9, 0.999)  # doubles, as the host's
 
 
 def test_bad_arguments_raise_before_any_launch(tables, fake_gpu):

@@ -3,8 +3,8 @@ device table of (addresses, length, first block) that the grid's blocks walk. Th
 update is per-array Adam's (``Adam.step``), so the results are bitwise the same.
 
 A training step captured as a CUDA graph keeps its step counter on the device: an
-``AdamSchedule`` (t, lr and the bias corrections) that ``step_scheduled`` advances and reads, so a
-replay needs no argument from the host."""
+``AdamSchedule`` (t and lr) that ``step_scheduled``'s one launch advances and reads, so a replay
+needs no argument from the host."""
 from __future__ import annotations
 
 import functools
@@ -31,27 +31,35 @@ _NULL = np.intp(0)
 
 
 class AdamSchedule:
-    """Adam's step counter and learning rate on the device: ``step`` (int32 [1], the last step
-    taken) and ``values`` (float32 [3]: lr, then the bias corrections 1 - beta^t written by each
-    advance)."""
+    """Adam's step counter and learning rate on the device: ``counters`` (int32, one per block
+    of the update launch, each advanced by its own block: all hold the last step taken) and
+    ``lr`` (float32 [1]). It serves one list of tensors (one launch's blocks)."""
 
     def __init__(self, lr: float) -> None:
-        self.step, self.values = empty((1,), np.int32), empty((3,))
+        self.counters, self.lr = empty((1,), np.int32), empty((1,))
         self.reset(lr)
 
     def reset(self, lr: float, t: int = 0) -> None:
         """Start again after step ``t`` with learning rate ``lr`` (a synchronous copy)."""
-        self.step.set(np.array([t], np.int32))
+        self.counters.set(np.full(self.counters.size, t, np.int32))
         self.set_lr(lr)
 
     def set_lr(self, lr: float) -> None:
         """The learning rate of the next steps (a synchronous copy: not while a capture runs)."""
-        cuda().memcpy_htod(self.values.gpudata, np.array([lr], np.float32))
+        cuda().memcpy_htod(self.lr.gpudata, np.array([lr], np.float32))
+
+    def counters_for(self, blocks: int) -> Any:
+        """The counters of a launch of ``blocks`` blocks, made (at the last step taken, a
+        synchronous copy: before any capture) when there are fewer."""
+        if blocks > self.counters.size:
+            self.counters = as_device(np.full(blocks, self.t, np.int32), "counters", ("N",), {},
+                                      np.int32)
+        return self.counters
 
     @property
     def t(self) -> int:
         """The last step taken (reads the device: synchronises)."""
-        return int(self.step.get()[0])
+        return int(self.counters.get()[0])
 
 
 def _pointers(name: str, arrays: Sequence[Any], shapes: Sequence[tuple] | None) -> list[Any]:
@@ -104,13 +112,10 @@ class MultiAdam(Op):
 
     def step_scheduled(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
                        vs: Sequence[Any], schedule: AdamSchedule, *, stream: Any = None) -> None:
-        """``step_all`` at the step after ``schedule``'s, which it advances on the device: two
-        launches (advance, update) whose arguments never change, what a CUDA graph replays.
-        The arrays are the caller's own GPUArrays, already checked (a training step's)."""
-        plan = self._plan()
-        self.kernel("advance", plan.params)(
-            (1, 1, 1), (1, 1, 1), step=schedule.step.gpudata, schedule=schedule.values.gpudata,
-            beta1=float(self.beta1), beta2=float(self.beta2), stream=stream)
+        """``step_all`` at the step after ``schedule``'s, which its one launch advances on the
+        device (each block its own counter): arguments that never change, what a CUDA graph
+        replays. The arrays are the caller's own GPUArrays, already checked (a training
+        step's)."""
         self._launch(_rows(params, grads, ms, vs), 1, schedule, stream)
 
     def step_split(self, param: Any, grad: Any, m: Any, v: Any, t: int, *,
@@ -159,12 +164,13 @@ class MultiAdam(Op):
         plan = self._plan()
         table, blocks = self._table(rows, plan.params["BLOCK"] * plan.params["ITEMS"])
         b1, b2, t = self.beta1, self.beta2, int(t)
-        # Python floats: packed as float32, as per-array Adam packs them
+        # Python floats: packed as float32, as per-array Adam packs them (beta*_64 as double)
         plan.kernel((blocks, 1, 1), plan.block, table=table.gpudata, n_tensors=len(rows),
-                    schedule=_NULL if schedule is None else schedule.values.gpudata,
+                    counters=_NULL if schedule is None else schedule.counters_for(blocks).gpudata,
+                    lr_dev=_NULL if schedule is None else schedule.lr.gpudata,
                     lr=self.lr, beta1=b1, beta2=b2, one_minus_beta1=1 - b1,
                     one_minus_beta2=1 - b2, eps=self.eps, bc1=1 - b1 ** t, bc2=1 - b2 ** t,
-                    stream=stream)
+                    beta1_64=float(b1), beta2_64=float(b2), stream=stream)
 
 
 def _rows(params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
@@ -194,7 +200,8 @@ def torch_step(torch: Any, param: Any, grad: Any, m: Any, v: Any, t: int) -> tup
 
 
 def host_bias_correction(beta: float, t: int) -> np.float32:
-    """``multiadam_advance``'s 1 - beta^t: the same products by squaring, in the same order."""
+    """``multiadam_step``'s device bias correction 1 - beta^t: the same products by squaring,
+    in the same order."""
     r = 1.0
     while t:
         if t & 1:
