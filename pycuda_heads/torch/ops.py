@@ -414,30 +414,11 @@ def _differentiable(name: str) -> Callable[..., tuple]:
     return call
 
 
-class _EagerFrdLoss(torch.autograd.Function):
-    """``frd_loss`` eagerly as one autograd node, logits to the scalar: the kernel's grad is
-    already d(sum of ce / B)/d logits, so the backward is one multiply by the loss's gradient
-    instead of a sum's, a division's and the operator's nodes."""
-
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, labels: Tensor, op: int) -> Tensor:
-        grad, ce = _run("frd_softmax_ce", op, logits, labels)
-        ctx.save_for_backward(grad)
-        return ce.sum() / logits.shape[0]
-
-    @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor) -> tuple:
-        (grad,) = ctx.saved_tensors
-        return grad * grad_loss, None, None
-
-
 def frd_loss(logits: Tensor, labels: Tensor, op: int) -> Tensor:
     """The mean over the batch of the FRD cross-entropy (rows labelled -1 add nothing): the
     operator ``frd_softmax_ce``'s ce summed over B and H, divided by B."""
-    if torch.compiler.is_compiling() or not getattr(logits, "is_cuda", False):
-        _, ce = frd_softmax_ce(logits, labels, op)
-        return ce.sum() / logits.shape[0]
-    return _EagerFrdLoss.apply(logits, labels, op)
+    _, ce = frd_softmax_ce(logits, labels, op)
+    return ce.sum() / logits.shape[0]
 
 
 pool_forward = _differentiable("pool_forward")
