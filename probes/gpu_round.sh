@@ -10,6 +10,7 @@
 #   probe     the torch host-cost probes: C++ launcher, Python launcher, and the breakdown
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
+#   plans     other launch plans of the TrainStep graph timed beside the shipped one
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   measure   `efficiency --measure` for what is left of $ROUND_S seconds (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
@@ -89,6 +90,12 @@ if has whole; then
     timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/trainstep/bench" \
         --commit "$commit" > "$out/trainstep/bench.log" 2>&1; echo "rc=$?" >> "$out/trainstep/bench.log"
     pack trainstep
+fi
+if has plans; then
+    mkdir -p "$out/plans"
+    timeout 120 python probes/train_step_plans.py "$out/plans/train_step_plans.json" \
+        > "$out/plans/plans.log" 2>&1; echo "rc=$?" >> "$out/plans/plans.log"
+    pack plans
 fi
 if has train; then
     mkdir -p "$out/train"
