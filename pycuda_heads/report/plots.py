@@ -207,10 +207,13 @@ def quality(entry: dict[str, Any], gpu: str, path: Path) -> bool:
     if running is not None:
         ax.axhline(running, color="k", linestyle="--", label="the op's point today (shipped)")
     ax.set_xscale("log")
+    ax.minorticks_off()  # the budgets are the ticks
     ax.set_xticks(budgets, [str(b) for b in budgets])
     ax.set_xlabel("trials")
     ax.set_ylabel("best found, % of the reference best")
-    ax.set_title(f"{entry.get('kernel', '?')} {shape_text(entry.get('shape'))}")
+    # the template on a line of its own: tasks of one kernel and shape differ only there
+    ax.set_title(f"{entry.get('kernel', '?')} {shape_text(entry.get('shape'))}\n"
+                 f"{shape_text(entry.get('template'))}", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.suptitle(f"search quality on {gpu}")
