@@ -361,7 +361,8 @@ for _rule in _RULES.values():
 
 
 class _Eager(torch.autograd.Function):
-    """A differentiable operator's implementation and formula without the dispatcher."""
+    """A differentiable operator's implementation and formula without the dispatcher, where
+    the C++ launcher (whose node does the same) could not be built."""
 
     @staticmethod
     def forward(ctx: Any, rule: _Rule, *args: Any) -> tuple:
