@@ -385,3 +385,14 @@ def test_module_calls_take_the_cpp_launcher():
     assert lib.launch_count() > before + 1
     want_out, want_attn = reference_pool(pool.q_h, ln)
     assert close(out, want_out) and close(attn, want_attn)
+
+
+def test_a_second_backward_through_a_module_raises_as_torch_does():
+    """The C++ node frees what it saved after its backward, and a second backward through it
+    gets torch's own error instead of a formula fed too few tensors."""
+    pool = pht.AttentionPool(5, 128)
+    (ln,) = leaves((3, 33, 128))
+    out, _ = pool(ln)
+    out.sum().backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        out.sum().backward()

@@ -297,8 +297,9 @@ struct FormulaNode : public Node {
   }
 
   void release_variables() override {
+    // the slots stay: a second backward through the node then gets torch's own error
     std::lock_guard<std::mutex> guard(lock);
-    saved.clear();
+    for (auto& s : saved) s.reset_data();
   }
 };
 
