@@ -14,12 +14,19 @@ import torch
 from ..core.device import cuda, thread_context
 from ..core.op import Op
 from ..core.program import ArraySpec, Program, record
-from .native import native as _native, raw_stream
+from .native import native as _native
 
 #: the dtypes the kernels take: float32, and int32 for labels
 DTYPES = {torch.float32: np.dtype(np.float32), torch.int32: np.dtype(np.int32)}
 #: alignment the ops' checks can ask of an address (float4 loads)
 _ALIGN = 16
+
+try:  # the raw handle without building a Stream object (what inductor's own code calls)
+    raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # a build without it: the public, slower way
+    def raw_stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
 
 @lru_cache(maxsize=None)
 def pycuda_device() -> int:

@@ -179,17 +179,16 @@ std::shared_ptr<const Program> describe(py::handle d) {
   return program;
 }
 
-auto& raw_stream = *new py::object();  // torch._C._cuda_getCurrentRawStream
 std::atomic<int64_t> launch_count{0};  // a host tally for tests, not data on the device
 
-// torch's current stream on the device: read in C++ where torch is a CUDA build, else asked of
-// Python (a build against a CPU torch only ever compiles here: it has nothing to launch on)
+// torch's current stream on the device. A build against a CPU torch (a test's) compiles this
+// file but has no CUDA device to launch on: native.py never loads it for launches.
 CUstream current_stream(int device) {
 #ifdef PYCUDA_HEADS_TORCH_CUDA
   return reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(device).stream());
 #else
-  py::gil_scoped_acquire gil;
-  return reinterpret_cast<CUstream>(raw_stream(device).cast<uintptr_t>());
+  TORCH_CHECK(false, "pycuda_heads native: built against a CPU torch, nothing to launch on ",
+              "(device ", device, ")");
 #endif
 }
 
@@ -363,6 +362,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("handle"), py::arg("tensors"));
   m.def("apply", &apply, "``run``, its outputs joined to the autograd graph by one node of "
         "``rule``.", py::arg("rule"), py::arg("handle"), py::arg("op"), py::arg("inputs"));
-  m.def("set_raw_stream", [](py::object getter) { raw_stream = std::move(getter); });
   m.def("launch_count", [] { return launch_count.load(); }, "Launches made so far.");
 }

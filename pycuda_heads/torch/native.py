@@ -11,19 +11,13 @@ import shutil
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ..core.compile import cache_dir
 
 SOURCE = Path(__file__).with_name("native.cpp")
-
-try:  # the raw handle without building a Stream object (what inductor's own code calls)
-    raw_stream: Callable[[int], int] = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # a build without it: the public, slower way
-    def raw_stream(index: int) -> int:
-        return torch.cuda.current_stream(index).cuda_stream
 
 
 def cuda_include() -> Path | None:
@@ -72,5 +66,4 @@ def native() -> Any | None:
                       "calls take the slower Python launcher (PYCUDA_HEADS_NATIVE=0 skips "
                       "the build)", RuntimeWarning, stacklevel=2)
         return None
-    module.set_raw_stream(raw_stream)
     return module
