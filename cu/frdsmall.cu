@@ -7,10 +7,9 @@
 //   backward  one launch computes two independent parts: the weight and bias gradients (one
 //             output per lane, the batch split in SPLIT contiguous ranges over warps, partials
 //             added in warp order) and the row gradient (dhidden or grad_h_t, ROWS rows a block).
-//   forward_loss  the forward, then the training step's loss on the block's rows: the softmax-CE
-//             gradient (frd.cu's) times frd_weight and the head loss (headloss.cu's), one launch.
-// Every sum has a fixed order and every output one writer: no scratch, no reduce, no atomics
-// (but forward_loss's per-block loss partials, which the op sums when there are several).
+//   forward_loss  the forward, then the FRD loss of the block's rows: frd.cu's softmax-CE and
+//             its gradient, from logits kept in shared memory (one launch where there were two).
+// Every sum has a fixed order and every output one writer: no scratch, no reduce, no atomics.
 // The weight gradients land in one row [weights | biases], the layout frdhead's reduce leaves.
 // Template constants: D_IN, FRD_HIDDEN, N_HORIZONS, N_ATOMS; knobs WARPS (a block's warps),
 // ROWS (rows per block), SPLIT (warps sharing one output's batch sum; divides WARPS).
@@ -83,6 +82,25 @@ __device__ __forceinline__ void rows_times_wt(const float* x, const float* __res
     }
 }
 
+// The forward of the block's rows: hidden (shared and global) and logits (global, and to lg in
+// shared memory unless null). x and hid: the first ROWS * (D_IN + FRD_HIDDEN) floats of smem.
+__device__ __forceinline__ void forward_rows(const float* __restrict__ h_t,
+                                             const float* __restrict__ w1,
+                                             const float* __restrict__ b1,
+                                             const float* __restrict__ w2,
+                                             const float* __restrict__ b2,
+                                             float* __restrict__ hidden,
+                                             float* __restrict__ logits, float* lg, int r0, int B)
+{
+    float* x = smem;                   // [ROWS][D_IN]
+    float* hid = smem + ROWS * D_IN;   // [ROWS][FRD_HIDDEN]
+    load_rows<D_IN>(x, h_t, r0, B);
+    __syncthreads();
+    rows_times_wt<D_IN, FRD_HIDDEN, true>(x, w1, b1, hid, hidden, r0, B);
+    __syncthreads();
+    rows_times_wt<FRD_HIDDEN, HA, false>(hid, w2, b2, lg, logits, r0, B);
+}
+
 // hidden[B, F] = ReLU(h_t w1^T + b1), logits[B, HA] = hidden w2^T + b2; grid: ceil(B / ROWS)
 extern "C" __global__ void __launch_bounds__(THREADS)
 frdsmall_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
@@ -91,14 +109,7 @@ frdsmall_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
                  float* __restrict__ logits, const int B)
 {
     pdl_enter();
-    float* x = smem;                   // [ROWS][D_IN]
-    float* hid = smem + ROWS * D_IN;   // [ROWS][FRD_HIDDEN]
-    const int r0 = blockIdx.x * ROWS;
-    load_rows<D_IN>(x, h_t, r0, B);
-    __syncthreads();
-    rows_times_wt<D_IN, FRD_HIDDEN, true>(x, w1, b1, hid, hidden, r0, B);
-    __syncthreads();
-    rows_times_wt<FRD_HIDDEN, HA, false>(hid, w2, b2, nullptr, logits, r0, B);
+    forward_rows(h_t, w1, b1, w2, b2, hidden, logits, nullptr, blockIdx.x * ROWS, B);
 }
 
 // max over lanes (exact in any order)
@@ -108,44 +119,26 @@ __device__ __forceinline__ float lane_max(float v) {
     return v;
 }
 
-// The training step's FRD branch forward and its loss in one launch, grid ceil(B / ROWS): the
-// forward (its logits also kept in shared memory), then per (row, horizon), a warp each:
-//   p = softmax(logits), ce = -log(max(p[label], 1e-30)), grad_logits = frd_weight * (p - onehot)
-//   * inv_b (label -1: zero row and loss; a label outside [-1, N_ATOMS): NaN), as frd.cu;
-//   grad_out = (out - y) * grad_scale, as headloss.cu;
-// and partial[blockIdx.x] = sum (out - y)^2 * inv_bh + sum ce * weight_over_b over the block's
-// rows, each sum in (row, horizon) order: the loss itself when the grid is one block.
+// The forward and the FRD loss's gradient in one launch, grid ceil(B / ROWS): the forward (its
+// logits also kept in shared memory), then per (row, horizon), a warp each, frd.cu's
+// softmax-CE: p = softmax(logits), ce = -log(max(p[label], 1e-30)), grad_logits = (p - onehot)
+// * inv_b; label -1: zero row and loss; a label outside [-1, N_ATOMS): NaN.
 extern "C" __global__ void __launch_bounds__(THREADS)
 frdsmall_forward_loss(const float* __restrict__ h_t, const float* __restrict__ w1,
                       const float* __restrict__ b1, const float* __restrict__ w2,
                       const float* __restrict__ b2, const int* __restrict__ labels,
-                      const float* __restrict__ out, const float* __restrict__ y,
                       float* __restrict__ hidden, float* __restrict__ logits,
-                      float* __restrict__ grad_logits, float* __restrict__ ce,
-                      float* __restrict__ grad_out, float* __restrict__ partial, const int B,
-                      const float inv_b, const float frd_weight, const float grad_scale,
-                      const float inv_bh, const float weight_over_b)
+                      float* __restrict__ grad_logits, float* __restrict__ ce, const int B,
+                      const float inv_b)
 {
     pdl_enter();
-    float* x = smem;                        // [ROWS][D_IN]
-    float* hid = x + ROWS * D_IN;           // [ROWS][FRD_HIDDEN]
-    float* lg = hid + ROWS * FRD_HIDDEN;    // [ROWS][HA]
-    float* sq = lg + ROWS * HA;             // [ROWS * N_HORIZONS] squared errors
-    float* row_ce = sq + ROWS * N_HORIZONS; // [ROWS * N_HORIZONS]
+    float* lg = smem + ROWS * (D_IN + FRD_HIDDEN);  // [ROWS][HA]
     const int r0 = blockIdx.x * ROWS;
-    load_rows<D_IN>(x, h_t, r0, B);
-    __syncthreads();
-    rows_times_wt<D_IN, FRD_HIDDEN, true>(x, w1, b1, hid, hidden, r0, B);
-    __syncthreads();
-    rows_times_wt<FRD_HIDDEN, HA, false>(hid, w2, b2, lg, logits, r0, B);
+    forward_rows(h_t, w1, b1, w2, b2, hidden, logits, lg, r0, B);
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int q = warp; q < ROWS * N_HORIZONS; q += WARPS) {  // q = r * N_HORIZONS + h
-        const size_t at = (size_t)r0 * N_HORIZONS + q;
-        if (r0 + q / N_HORIZONS >= B) {  // past the batch: adds nothing
-            if (lane == 0) sq[q] = row_ce[q] = 0.f;
-            continue;
-        }
+    for (int q = warp; q < ROWS * N_HORIZONS && r0 + q / N_HORIZONS < B; q += WARPS) {
+        const size_t at = (size_t)r0 * N_HORIZONS + q;  // q = r * N_HORIZONS + h
         const float* z = lg + q * N_ATOMS;
         const int label = labels[at];
         const bool bad = label < -1 || label >= N_ATOMS;
@@ -172,27 +165,10 @@ frdsmall_forward_loss(const float* __restrict__ h_t, const float* __restrict__ w
             const int a = lane + 32 * i;
             if (a >= N_ATOMS) continue;
             const float p = e[i] / sum;
-            g[a] = label == -1 ? 0.f : bad ? NAN
-                 : frd_weight * ((p - (a == label ? 1.f : 0.f)) * inv_b);
-            if (a == label) ce[at] = row_ce[q] = -logf(fmaxf(p, 1e-30f));
+            g[a] = label == -1 ? 0.f : bad ? NAN : (p - (a == label ? 1.f : 0.f)) * inv_b;
+            if (a == label) ce[at] = -logf(fmaxf(p, 1e-30f));
         }
-        if (lane == 0) {
-            if (label == -1 || bad) ce[at] = row_ce[q] = label == -1 ? 0.f : NAN;
-            const float d = out[at] - y[at];
-            grad_out[at] = d * grad_scale;
-            sq[q] = d * d;
-        }
-    }
-    __syncthreads();
-    if (warp == 0) {
-        float s = 0.f, c = 0.f;
-        for (int q = lane; q < ROWS * N_HORIZONS; q += 32) {
-            s += sq[q];
-            c += row_ce[q];
-        }
-        s = lane_sum(s);
-        c = lane_sum(c);
-        if (lane == 0) partial[blockIdx.x] = s * inv_bh + c * weight_over_b;
+        if (lane == 0 && (label == -1 || bad)) ce[at] = label == -1 ? 0.f : NAN;
     }
 }
 

@@ -7,10 +7,10 @@
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
-#   probe     the torch host-cost probes: C++ launcher, Python launcher, and the breakdown
+#   probe     the torch host-cost probe with the C++ launcher (and the Python one: probepy)
+#   breakdown where a PyTorch training step's host time goes, eager and reduce-overhead
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
-#   plans     other launch plans of the TrainStep graph timed beside the shipped one
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   measure   `efficiency --measure` for what is left of $ROUND_S seconds (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
@@ -75,11 +75,17 @@ has tests && pack tests
 if has probe; then
     mkdir -p "$out/probe"
     timeout 120 python probes/torch_host_cost.py "$out/probe/torch_host_cost.json" > "$out/probe/probe.log" 2>&1
-    PYCUDA_HEADS_NATIVE=0 timeout 120 python probes/torch_host_cost.py \
-        "$out/probe/torch_host_cost_python.json" >> "$out/probe/probe.log" 2>&1
-    timeout 150 python probes/torch_host_breakdown.py "$out/probe/torch_host_breakdown.json" \
-        >> "$out/probe/probe.log" 2>&1
+    if has probepy; then
+        PYCUDA_HEADS_NATIVE=0 timeout 120 python probes/torch_host_cost.py \
+            "$out/probe/torch_host_cost_python.json" >> "$out/probe/probe.log" 2>&1
+    fi
     pack probe
+fi
+if has breakdown; then
+    mkdir -p "$out/breakdown"
+    timeout 240 python probes/torch_host_breakdown.py "$out/breakdown/torch_host_breakdown.json" \
+        > "$out/breakdown/breakdown.log" 2>&1
+    pack breakdown
 fi
 if has whole; then
     mkdir -p "$out/whole"
@@ -90,12 +96,6 @@ if has whole; then
     timeout "${WHOLE_S:-240}" pycuda-heads bench --ops train_step --out "$out/trainstep/bench" \
         --commit "$commit" > "$out/trainstep/bench.log" 2>&1; echo "rc=$?" >> "$out/trainstep/bench.log"
     pack trainstep
-fi
-if has plans; then
-    mkdir -p "$out/plans"
-    timeout 120 python probes/train_step_plans.py "$out/plans/train_step_plans.json" \
-        > "$out/plans/plans.log" 2>&1; echo "rc=$?" >> "$out/plans/plans.log"
-    pack plans
 fi
 if has train; then
     mkdir -p "$out/train"

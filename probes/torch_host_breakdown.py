@@ -3,7 +3,9 @@ eager library call (allocation, launch program, autograd Function, module; the P
 and the C++ one), torch's own ops with and without autograd, and a training step cut after each
 of its parts (forward, backward, optimizer, zero_grad) for the library and the plain-torch pool
 model at B=2, K=8 and at B=4096, K=256, with the full step's GPU time from the profiler's
-kernel records. Each number is the fastest of 21 runs of back-to-back calls.
+kernel records; the same cuts under ``torch.compile(mode="reduce-overhead")`` for both
+implementations at the two torch_train rows where they were closest (frd B=4096, pool B=256,
+K=64). Each number is the fastest of 21 runs of back-to-back calls (11 for the compiled ones).
 
     source .gpu/env.sh && python probes/torch_host_breakdown.py OUT.json
 """
@@ -24,8 +26,8 @@ from pycuda_heads.torch.native import native
 CALLS, RUNS = 200, 21
 
 
-def timed(fn) -> dict[str, float]:
-    runs = per_call_runs(fn, torch.cuda.synchronize, CALLS, RUNS, warm=50)
+def timed(fn, runs: int = RUNS) -> dict[str, float]:
+    runs = per_call_runs(fn, torch.cuda.synchronize, CALLS, runs, warm=50)
     return {"min_us": round(min(runs), 2), "median_us": round(statistics.median(runs), 2)}
 
 
@@ -53,6 +55,34 @@ def step_parts(loss_fn, params, inputs) -> dict:
     return {"forward, no grad": timed(no_grad), "forward": timed(lambda: loss_fn(*inputs)),
             "forward + backward": timed(fwd_bwd), "forward + backward + Adam": timed(full),
             "forward + backward + Adam, GPU time": {"kernels_us": gpu_us(full)}}
+
+
+def compiled_parts(loss_fn, params, inputs) -> dict:
+    """The step's cuts with ``loss_fn`` under reduce-overhead (CUDA graph trees), each call
+    marked as a new step as the bench's step marks it."""
+    fn = torch.compile(loss_fn, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    opt = torch.optim.Adam(params, lr=1e-3, fused=True)
+    leaves = [x for x in inputs if x.requires_grad]
+
+    def forward():
+        torch.compiler.cudagraph_mark_step_begin()
+        return fn(*inputs)
+
+    def clear():
+        opt.zero_grad(set_to_none=True)
+        for x in leaves:
+            x.grad = None
+
+    def fwd_bwd():
+        forward().backward()
+        clear()
+
+    def full():
+        forward().backward()
+        opt.step()
+        clear()
+    return {"forward": timed(forward, 11), "forward + backward": timed(fwd_bwd, 11),
+            "forward + backward + Adam": timed(full, 11)}
 
 
 def gpu_us(fn, steps: int = 20) -> float:
@@ -122,6 +152,12 @@ def main(out: str) -> None:
         for impl, fn, params in (("library", library, lib_params), ("torch", plain, plain_params)):
             record["steps"][f"{impl} B={shape['B']},K={shape['K']}"] = step_parts(
                 fn, params, torch_train.batch(torch, "pool", shape))
+            json.dump(record, open(out, "w"), indent=1)
+    for model, shape in (("frd", {"B": 4096}), ("pool", {"B": 256, "K": 64})):
+        library, plain, lib_params, plain_params = torch_train.models(torch, model)
+        for impl, fn, params in (("library", library, lib_params), ("torch", plain, plain_params)):
+            record["steps"][f"{impl} {model} {shape}, reduce-overhead"] = compiled_parts(
+                fn, params, torch_train.batch(torch, model, shape))
             json.dump(record, open(out, "w"), indent=1)
     print(json.dumps(record, indent=1))
 

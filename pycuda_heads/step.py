@@ -166,8 +166,9 @@ class TrainStep(_Captured):
     FRD head's F.3b and F.3c, residual + gate, pool) and one Adam step of the eight parameters
     with one multi-tensor launch. The step owns its parameters (``params``), their Adam moments,
     its step counter and learning rate (on the device: ``schedule``) and every buffer. The FRD
-    head's backward stages run on a second stream of the step's, beside the pool branch's
-    backward: forked after the loss, joined before Adam, so ``stream`` waits for all of it.
+    branch runs on a second stream of the step's, beside the pool branch: its forward and
+    softmax-CE beside the pool and residual/gate forward, its backward stages beside theirs
+    after the loss; it joins before Adam, so ``stream`` waits for all of it.
 
     ``load(params)`` sets the parameters (moments zero, step 0); ``feed(**data)`` fills the
     inputs in place; ``run()`` launches the step's kernels one by one, ``replay()`` the
@@ -176,9 +177,8 @@ class TrainStep(_Captured):
 
     ``launch`` maps an op family of ``TRAIN_OPS`` to its kernels' launch parameters. The FRD
     head is ``FrdHeadSmall`` (key ``frdsmall``) at B <= ``SMALL_BATCH``, else ``FrdHead`` (key
-    ``frdhead``); the other key's entry is not used. With ``FrdHeadSmall`` the FRD forward,
-    softmax-CE and loss are its one ``forward_loss`` launch (the ``frd`` and ``headloss`` keys
-    are then not used either).
+    ``frdhead``); the other key's entry is not used. With ``FrdHeadSmall`` the FRD forward and
+    softmax-CE are its one ``forward_loss`` launch (the ``frd`` key is then not used either).
     """
 
     def __init__(self, n_horizons: int, hidden_dim: int, batch: int, seq_len: int, *,
@@ -205,11 +205,13 @@ class TrainStep(_Captured):
         self.inputs = {n: empty(self._shape(axes), np.int32 if n in _INT_DATA else np.float32)
                        for n, axes in DATA.items()}
         self.schedule = AdamSchedule(lr)
-        # the FRD head's backward runs beside the pool branch's, on a stream of its own that
-        # forks after the loss and joins before Adam (a graph holds the two as parallel branches)
+        # the FRD branch runs on a stream of its own: forked at the start, its softmax-CE
+        # handed to the loss, the loss's gradient handed back, joined before Adam (a graph holds
+        # the two branches side by side)
         drv = cuda()
         self._side = drv.Stream()
-        self._fork, self._join = (drv.Event(drv.event_flags.DISABLE_TIMING) for _ in range(2))
+        self._events = {name: drv.Event(drv.event_flags.DISABLE_TIMING)
+                        for name in ("fork", "frd_loss", "loss", "join")}
         self._loaded = False
         self._start(stream)
 
@@ -281,36 +283,38 @@ class TrainStep(_Captured):
         """The learning rate of the next steps, on the device (a replay reads it there)."""
         self.schedule.set_lr(lr)
 
+    def _hand(self, src: Any, dst: Any, event: str) -> None:
+        """``dst`` waits for what ``src`` has launched so far."""
+        self._events[event].record(src)
+        dst.wait_for_event(self._events[event])
+
     def _check_loaded(self) -> None:
         if not self._loaded:
             raise RuntimeError("TrainStep: load(params) before the first step")
 
     def _launch(self, s: Any) -> dict[str, Any]:
-        x, p = self.inputs, self.params
+        x, p, side = self.inputs, self.params, self._side
+        self._hand(s, side, "fork")
+        if isinstance(self.head, FrdHeadSmall):  # forward and softmax-CE: one launch
+            hidden, logits, grad_logits, ce = self.head.forward_loss(
+                x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"], x["labels"], stream=side)
+        else:
+            hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
+                                               stream=side)
+            grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
+                                                       stream=side)
         ctx, attn = self.pool.forward(p["q_h"], x["ln"], stream=s)
         out, residual = self.resgate.forward(ctx, p["w_res"], p["bias_res"], x["base"],
                                              p["alpha"], stream=s)
-        if isinstance(self.head, FrdHeadSmall):  # forward, softmax-CE and the loss: one launch
-            hidden, logits, grad_logits_w, ce, grad_out, loss = self.head.forward_loss(
-                x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"], x["labels"], out, x["y"],
-                frd_weight=self.loss.frd_weight, stream=s)
-        else:
-            hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
-                                               stream=s)
-            grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
-                                                       stream=s)
-            grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits,
-                                                           stream=s)
-        side = self._side
-        self._fork.record(s)
-        side.wait_for_event(self._fork)
+        self._hand(side, s, "frd_loss")
+        grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits, stream=s)
+        self._hand(s, side, "loss")
         g_w2, g_b2, dhidden = self.head.grad_w2(hidden, p["w2"], grad_logits_w, stream=side)
         g_w1, g_b1, _ = self.head.grad_w1(x["h_t"], p["w1"], hidden, dhidden, stream=side)
-        self._join.record(side)
         g_wres, g_bres, grad_ctx, _, g_alpha = self.resgate.backward(
             ctx, p["w_res"], p["alpha"], residual, grad_out, stream=s)
         g_q, _ = self.pool.backward(p["q_h"], x["ln"], attn, grad_ctx, ctx=ctx, stream=s)
-        s.wait_for_event(self._join)
+        self._hand(side, s, "join")
         grads = {"q_h": g_q, "w_res": g_wres, "bias_res": g_bres, "alpha": g_alpha,
                  "w1": g_w1, "b1": g_b1, "w2": g_w2, "b2": g_b2}
         if not self._arena.measuring:  # the measuring pass updates nothing

@@ -4,9 +4,8 @@ small to fill the GPU with ``FrdHead``'s row chunks. The work is spread over out
 FP32 FMAs; the weight gradients come out of the kernel whole (no scratch, no reduce), so each
 stage is one launch. It shares ``FrdHead``'s inputs, tensors and oracles: the same head.
 
-``forward_loss`` is the training step's FRD branch forward fused with its loss (the softmax-CE
-gradient of ``FrdSoftmaxCE`` and the head loss of ``HeadLoss``, the same math): one launch where
-the step made three."""
+``forward_loss`` is the forward fused with the FRD loss (``FrdSoftmaxCE.softmax_ce_grad``, the
+same math) on logits that never leave the block: one launch where there were two."""
 from __future__ import annotations
 
 import math
@@ -16,12 +15,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
-from ..core.arrays import Inputs, empty, empty_parts
+from ..core.arrays import Inputs, empty
 from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, draw_labels
 from . import frdhead
 from .frdhead import FORWARD_INPUTS, GRAD_W1_INPUTS, GRAD_W2_INPUTS, FrdHead, _split
-from .reduce import reducer
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -30,9 +28,8 @@ def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
 
 
 def forward_loss_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    """The forward's rows, their logits, and a squared error and a ce per (row, horizon)."""
-    h = env["N_HORIZONS"]
-    return forward_shared_bytes(p, env) + 4 * p["ROWS"] * (h * env["N_ATOMS"] + 2 * h)
+    """The forward's rows and their logits."""
+    return forward_shared_bytes(p, env) + 4 * p["ROWS"] * env["N_HORIZONS"] * env["N_ATOMS"]
 
 
 def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -105,34 +102,25 @@ class FrdHeadSmall(FrdHead):
                     B=b, shared=plan.shared, stream=stream)
         return hidden, logits
 
-    def forward_loss(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, labels: Any, out: Any,
-                     y: Any, *, frd_weight: float,
-                     stream: Any = None) -> tuple[Any, Any, Any, Any, Any, Any]:
-        """The forward and the training loss in one launch (one more, a reduce of the blocks'
-        loss partials, when B > ROWS): hidden[B, F], logits[B, H, A], grad_logits[B, H, A] =
-        frd_weight * (softmax - onehot) / B, ce[B, H] (label -1: zero row and loss),
-        grad_out[B, H] = 2 (out - y) / (B H) and the loss [1] = mean (out - y)^2 +
-        frd_weight * sum(ce) / B. Labels are not checked here: a label outside [-1, A) makes
-        its row and the loss NaN."""
-        (h_t, w1, b1, w2, b2, labels, out, y), dims = LOSS_INPUTS.adapt(
-            self._checked, self.bound, h_t, w1, b1, w2, b2, labels, out, y)
+    def forward_loss(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, labels: Any, *,
+                     stream: Any = None) -> tuple[Any, Any, Any, Any]:
+        """The forward and the FRD loss in one launch: hidden[B, F], logits[B, H, A], and
+        ``FrdSoftmaxCE.softmax_ce_grad``'s grad_logits[B, H, A] = (softmax - onehot) / B and
+        ce[B, H] (label -1: zero row and loss). Labels are not checked here: a label outside
+        [-1, A) makes its row NaN."""
+        (h_t, w1, b1, w2, b2, labels), dims = LOSS_INPUTS.adapt(
+            self._checked, self.bound, h_t, w1, b1, w2, b2, labels)
         b, h, a = dims["B"], self.n_horizons, self.n_atoms
         plan = self.plan("forward_loss", {"B": b}, lambda p: (
             (-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
             forward_loss_shared_bytes(p, self.template)))
-        blocks = plan.grid[0]
         hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
-        ce, grad_out, partial = empty_parts((b, h), (b, h), (blocks,))
-        # Python floats: packed as float32, as HeadLoss and FrdSoftmaxCE pack them
+        ce = empty((b, h))
         plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
-                    w2=w2.gpudata, b2=b2.gpudata, labels=labels.gpudata, out=out.gpudata,
-                    y=y.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
-                    grad_logits=grad_logits.gpudata, ce=ce.gpudata, grad_out=grad_out.gpudata,
-                    partial=partial.gpudata, B=b, inv_b=1.0 / b, frd_weight=frd_weight,
-                    grad_scale=2 / (b * h), inv_bh=1 / (b * h), weight_over_b=frd_weight / b,
-                    shared=plan.shared, stream=stream)
-        loss = partial if blocks == 1 else reducer().sum_rows(partial, blocks, 1, stream)
-        return hidden, logits, grad_logits, ce, grad_out, loss
+                    w2=w2.gpudata, b2=b2.gpudata, labels=labels.gpudata, hidden=hidden.gpudata,
+                    logits=logits.gpudata, grad_logits=grad_logits.gpudata, ce=ce.gpudata, B=b,
+                    inv_b=1.0 / b, shared=plan.shared, stream=stream)
+        return hidden, logits, grad_logits, ce
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:
@@ -170,16 +158,11 @@ class FrdHeadSmall(FrdHead):
 
 
 LOSS_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"), b2=("H", "A"),
-                     labels=(("B", "H"), np.int32), out=("B", "H"), y=("B", "H"))
-#: the FRD loss's weight the checks use (the smoke model's)
-CHECK_WEIGHT = 0.5
-
-
+                     labels=(("B", "H"), np.int32))
 _LOSS_TENSORS = {**frdhead.TENSORS,
                  "labels": Tensor(("B", "H"), dtype="int32", draw=draw_labels),
-                 "out": Tensor(("B", "H")), "y": Tensor(("B", "H")),
-                 "ce": Tensor(("B", "H")), "grad_out": Tensor(("B", "H")), "loss": Tensor(())}
-LOSS_NAMES = ("h_t", "w1", "b1", "w2", "b2", "labels", "out", "y")
+                 "ce": Tensor(("B", "H"))}
+LOSS_NAMES = tuple(name for name, *_ in LOSS_INPUTS.args)
 
 
 def spec_tensor(name: str, rng: np.random.Generator, template: Mapping[str, int],
@@ -192,44 +175,34 @@ def spec_tensor(name: str, rng: np.random.Generator, template: Mapping[str, int]
 
 
 def forward_loss_reference(h_t: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
-                           b2: np.ndarray, labels: np.ndarray, out: np.ndarray, y: np.ndarray,
-                           frd_weight: float = CHECK_WEIGHT, dtype: type = np.float64) -> tuple:
-    """hidden, logits, grad_logits, ce, grad_out and the loss [1] in ``dtype``: the FRD head's
-    forward, its softmax-CE and the head loss, each from its own reference."""
+                           b2: np.ndarray, labels: np.ndarray, dtype: type = np.float64) -> tuple:
+    """hidden, logits, grad_logits and ce in ``dtype``: the FRD head's forward, then the
+    softmax-CE, each from its own reference."""
     hidden, logits = ref.frdhead_forward(h_t, w1, b1, w2, b2, dtype=dtype)
-    grad_logits, ce = ref.frd_softmax_ce_grad(logits, labels, dtype=dtype)
-    out, y = np.asarray(out, dtype), np.asarray(y, dtype)
-    b, h = out.shape
-    d = out - y
-    loss = np.mean(d * d) + frd_weight * ce.sum() / b
-    return (hidden, logits, frd_weight * grad_logits, ce, d * (2 / (b * h)),
-            np.array([loss], dtype))
+    return (hidden, logits, *ref.frd_softmax_ce_grad(logits, labels, dtype=dtype))
 
 
-def torch_forward_loss(torch: Any, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, labels: Any,
-                       out: Any, y: Any) -> tuple[Any, ...]:
+def torch_forward_loss(torch: Any, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any,
+                       labels: Any) -> tuple[Any, ...]:
     """The same math in torch ops (gather, not the 3-d cross-entropy, whose path takes
     atomics)."""
     hidden, logits = frdhead.torch_forward(torch, h_t, w1, b1, w2, b2)
-    b = out.shape[0]
     live, safe = labels >= 0, labels.long().clamp_min(0)
     p = torch.softmax(logits, dim=-1)
     onehot = torch.nn.functional.one_hot(safe, logits.shape[-1]).to(p.dtype)
-    grad = torch.where(live.unsqueeze(-1), (p - onehot) / b, 0.0)
+    grad = torch.where(live.unsqueeze(-1), (p - onehot) / h_t.shape[0], 0.0)
     p_label = p.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     ce = torch.where(live, -torch.log(p_label.clamp_min(ref.CE_FLOOR)), 0.0)
-    d = out - y
-    loss = (d * d).mean() + CHECK_WEIGHT * ce.sum() / b
-    return hidden, logits, CHECK_WEIGHT * grad, ce, d * (2 / d.numel()), loss.reshape(1)
+    return hidden, logits, grad, ce
 
 
 def forward_loss_oracles(make_op: Callable[[Mapping[str, int]], Any],
                          template: Mapping[str, int]) -> dict:
-    """Central differences of the loss (float32, from the kernel) against the gradients it
-    sends back, at B=3 (two blocks at the default ROWS) and B=300, labels -1 among them: in 8
-    entries of ``out`` against grad_out, and in the 8 entries of b2 of largest gradient against
-    grad_logits summed over the batch (b2 shifts every row's logits). ``sentinel_rows``: rows
-    labelled -1 have zero grad_logits and ce, and their h_t moves no loss."""
+    """Central differences of the loss sum(ce) / B (float64 over the kernel's ce) against the
+    gradient it sends back, at B=3 (two blocks at the default ROWS) and B=300, labels -1 among
+    them: in the 8 entries of b2 of largest gradient against grad_logits summed over the batch
+    (b2 shifts every row's logits). ``sentinel_rows``: rows labelled -1 have zero grad_logits
+    and ce, and their h_t moves no loss."""
     h, a = template["N_HORIZONS"], template["N_ATOMS"]
     rng = np.random.default_rng(2036)
     op, worst, sentinel_ok = make_op(template), 0.0, True
@@ -239,27 +212,21 @@ def forward_loss_oracles(make_op: Callable[[Mapping[str, int]], Any],
 
         def loss(x: dict = x, **over: np.ndarray) -> float:
             args = {**x, **over}
-            got = op.forward_loss(*(args[n] for n in LOSS_NAMES), frd_weight=CHECK_WEIGHT)
-            return float(got[5].get()[0])
+            ce = op.forward_loss(*(args[n] for n in LOSS_NAMES))[3].get()
+            return float(ce.astype(np.float64).sum() / b)
 
-        _, _, grad_logits, ce, grad_out, _ = (
-            v.get() for v in op.forward_loss(*(x[n] for n in LOSS_NAMES),
-                                             frd_weight=CHECK_WEIGHT))
+        _, _, grad_logits, ce = (v.get() for v in op.forward_loss(*(x[n] for n in LOSS_NAMES)))
         sentinel_ok &= bool((grad_logits[-1] == 0).all() and (ce[-1] == 0).all())
         moved = x["h_t"].copy()
         moved[-1] += np.float32(1)
         sentinel_ok &= loss(h_t=moved) == loss()
         grad_b2 = grad_logits.astype(np.float64).sum(axis=0)
-        probes = [("out", ij, float(grad_out[ij]), 1e-2 * b * h / 15)
-                  for ij in ref.random_indices(rng, (b, h), 8)]
-        top = np.argsort(-np.abs(grad_b2), axis=None)[:8]
-        probes += [("b2", np.unravel_index(i, (h, a)), float(grad_b2.flat[i]), 2e-2) for i in top]
-        for name, at, want, eps in probes:
-            plus, minus = x[name].copy(), x[name].copy()
-            plus[at] += np.float32(eps)
-            minus[at] -= np.float32(eps)
-            num = (loss(**{name: plus}) - loss(**{name: minus})) / \
-                (float(plus[at]) - float(minus[at]))
+        for i in np.argsort(-np.abs(grad_b2), axis=None)[:8]:
+            at, want = np.unravel_index(i, (h, a)), float(grad_b2.flat[i])
+            plus, minus = x["b2"].copy(), x["b2"].copy()
+            plus[at] += np.float32(2e-2)
+            minus[at] -= np.float32(2e-2)
+            num = (loss(b2=plus) - loss(b2=minus)) / (float(plus[at]) - float(minus[at]))
             worst = max(worst, abs(num - want) / abs(want))
     return {"loss_numgrad": {"passed": worst <= 2e-2, "max_rel_err": worst},
             "sentinel_rows": {"passed": sentinel_ok}}
@@ -273,10 +240,9 @@ SPECS = (*(replace(spec, op=FrdHeadSmall, space=FrdHeadSmall.SPACES[spec.method]
          KernelSpec(op=FrdHeadSmall, method="forward_loss", space=FORWARD_LOSS_SPACE,
                     template_keys=("D_IN", "FRD_HIDDEN", "N_HORIZONS", "N_ATOMS"),
                     tensors=_LOSS_TENSORS, reads=LOSS_NAMES,
-                    writes=("hidden", "logits", "grad_logits", "ce", "grad_out", "loss"),
+                    writes=("hidden", "logits", "grad_logits", "ce"),
                     reference=forward_loss_reference, peer=torch_forward_loss,
-                    oracles=forward_loss_oracles,
-                    call_kwargs={"frd_weight": CHECK_WEIGHT}, suite=SUITE,
+                    oracles=forward_loss_oracles, suite=SUITE,
                     # odd shapes: one row, two blocks, atoms over a warp, H=1, odd D_in and F
                     grid=(({}, {"B": 1}), ({}, {"B": 3}), ({}, {"B": 333}),
                           ({"N_ATOMS": 51}, {"B": 5}), ({"N_HORIZONS": 1, "N_ATOMS": 11},
