@@ -41,43 +41,66 @@ __device__ __forceinline__ void load_rows(float* dst, const float* __restrict__ 
     }
 }
 
-// out[r][j] (r < ROWS) = sum_k x[r][k] * w[j][k] + bias[j] for j < M, warp by warp; ``relu`` cuts
-// at zero. The result goes to dst[r * M + j] (shared) and, for rows below B, to global[r0 + r].
-template <int K, int M, bool RELU>
-__device__ __forceinline__ void rows_times_wt(const float* x, const float* __restrict__ w,
-                                              const float* __restrict__ bias, float* dst,
-                                              float* __restrict__ global, int r0, int B) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // the warp's next row of w is loaded while it works on this one: a block of few rows is
-    // bound by the latency of these loads, not by its arithmetic
-    float next[LANES(K)];
-#pragma unroll
-    for (int i = 0; i < LANES(K); i++) {
-        const int k = lane + 32 * i;
-        next[i] = warp < M && k < K ? w[(size_t)warp * K + k] : 0.f;
-    }
-    for (int j = warp; j < M; j += WARPS) {
-        float wj[LANES(K)];
+// A warp's rows j = warp + WARPS * n of w [M][K], and their biases, loaded DEPTH rows ahead: a
+// block of few rows is bound by the latency of these loads, not by its arithmetic, so as many
+// as 16 registers a lane hold are in flight at once (every row of the warp's where K <= 128 and
+// M <= 4 * WARPS).
+template <int K, int M>
+struct WeightRing {
+    static constexpr int AHEAD = 16 / LANES(K) > 1 ? 16 / LANES(K) : 1;
+    static constexpr int PER_WARP = (M + WARPS - 1) / WARPS;
+    static constexpr int DEPTH = PER_WARP < AHEAD ? PER_WARP : AHEAD;
+    float v[DEPTH][LANES(K)];
+    float b[DEPTH];
+
+    __device__ __forceinline__ void load(const float* __restrict__ w,
+                                         const float* __restrict__ bias, int slot, int j) {
+        const int lane = threadIdx.x % 32;
 #pragma unroll
         for (int i = 0; i < LANES(K); i++) {
             const int k = lane + 32 * i;
-            wj[i] = next[i];
-            next[i] = j + WARPS < M && k < K ? w[(size_t)(j + WARPS) * K + k] : 0.f;
+            v[slot][i] = j < M && k < K ? w[(size_t)j * K + k] : 0.f;
         }
-        const float bj = bias[j];
-        for (int r = 0; r < ROWS; r++) {
-            float s = 0.f;
+        b[slot] = j < M ? bias[j] : 0.f;
+    }
+
+    __device__ __forceinline__ void start(const float* __restrict__ w,
+                                          const float* __restrict__ bias) {
 #pragma unroll
-            for (int i = 0; i < LANES(K); i++) {
-                const int k = lane + 32 * i;
-                if (k < K) s = fmaf(wj[i], x[r * K + k], s);
+        for (int s = 0; s < DEPTH; s++) load(w, bias, s, threadIdx.x / 32 + s * WARPS);
+    }
+};
+
+// out[r][j] (r < ROWS) = sum_k x[r][k] * w[j][k] + bias[j] for j < M, warp by warp from a
+// started ring of w; ``relu`` cuts at zero. The result goes to dst[r * M + j] (shared) and, for
+// rows below B, to global[r0 + r].
+template <int K, int M, bool RELU>
+__device__ __forceinline__ void rows_times_wt(WeightRing<K, M>& ring, const float* x,
+                                              const float* __restrict__ w,
+                                              const float* __restrict__ bias, float* dst,
+                                              float* __restrict__ global, int r0, int B) {
+    constexpr int DEPTH = WeightRing<K, M>::DEPTH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int j0 = warp; j0 < M; j0 += DEPTH * WARPS) {
+#pragma unroll
+        for (int slot = 0; slot < DEPTH; slot++) {
+            const int j = j0 + slot * WARPS;
+            if (j >= M) break;
+            for (int r = 0; r < ROWS; r++) {
+                float s = 0.f;
+#pragma unroll
+                for (int i = 0; i < LANES(K); i++) {
+                    const int k = lane + 32 * i;
+                    if (k < K) s = fmaf(ring.v[slot][i], x[r * K + k], s);
+                }
+                s = lane_sum(s) + ring.b[slot];
+                if (RELU) s = fmaxf(s, 0.f);
+                if (lane == 0) {
+                    if (dst) dst[r * M + j] = s;
+                    if (r0 + r < B) global[(size_t)(r0 + r) * M + j] = s;
+                }
             }
-            s = lane_sum(s) + bj;
-            if (RELU) s = fmaxf(s, 0.f);
-            if (lane == 0) {
-                if (dst) dst[r * M + j] = s;
-                if (r0 + r < B) global[(size_t)(r0 + r) * M + j] = s;
-            }
+            ring.load(w, bias, slot, j + DEPTH * WARPS);
         }
     }
 }
@@ -94,11 +117,17 @@ __device__ __forceinline__ void forward_rows(const float* __restrict__ h_t,
 {
     float* x = smem;                   // [ROWS][D_IN]
     float* hid = smem + ROWS * D_IN;   // [ROWS][FRD_HIDDEN]
+    // both layers' first weight rows are requested before any arithmetic: w2's do not wait
+    // for the hidden layer
+    WeightRing<D_IN, FRD_HIDDEN> ring1;
+    WeightRing<FRD_HIDDEN, HA> ring2;
+    ring1.start(w1, b1);
+    ring2.start(w2, b2);
     load_rows<D_IN>(x, h_t, r0, B);
     __syncthreads();
-    rows_times_wt<D_IN, FRD_HIDDEN, true>(x, w1, b1, hid, hidden, r0, B);
+    rows_times_wt<D_IN, FRD_HIDDEN, true>(ring1, x, w1, b1, hid, hidden, r0, B);
     __syncthreads();
-    rows_times_wt<FRD_HIDDEN, HA, false>(hid, w2, b2, lg, logits, r0, B);
+    rows_times_wt<FRD_HIDDEN, HA, false>(ring2, hid, w2, b2, lg, logits, r0, B);
 }
 
 // hidden[B, F] = ReLU(h_t w1^T + b1), logits[B, HA] = hidden w2^T + b2; grid: ceil(B / ROWS)

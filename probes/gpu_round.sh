@@ -4,6 +4,8 @@
 # returns few files). Steps, in order, from $STEPS (default: all):
 #   ab        host-cost A/B against .base, quiet machine first ($AB_ROUNDS, $AB_OPS)
 #   abmin     the same A/B by probes/host_cost_min.py (fastest of many runs), $AB_ROUNDS times
+#   sweep     `sweep` of $SWEEP_KERNELS ($SWEEP_TRIALS trials a study, $SWEEP_S seconds), its
+#             best validated points exported into the package's table (what later steps run)
 #   tests     the GPU tests with their record, beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
@@ -28,6 +30,15 @@ if has native; then
     ( time python -c "from pycuda_heads.torch.native import build; print(build())" ) \
         > "$out/native/build.log" 2>&1; echo "rc=$?" >> "$out/native/build.log"
     pack native
+fi
+if has sweep; then
+    mkdir -p "$out/sweep"
+    timeout $(( ${SWEEP_S:-200} + 60 )) pycuda-heads sweep --kernels "${SWEEP_KERNELS:?}" \
+        --trials "${SWEEP_TRIALS:-20}" --time-budget "${SWEEP_S:-200}" --no-progress \
+        > "$out/sweep/sweep.log" 2>&1; echo "rc=$?" >> "$out/sweep/sweep.log"
+    pycuda-heads export --install >> "$out/sweep/sweep.log" 2>&1; echo "rc=$?" >> "$out/sweep/sweep.log"
+    cp -r reports/nvidia-h200/tuning pycuda_heads/tuned/nvidia-h200.json "$out/sweep/"
+    pack sweep
 fi
 if has ab; then
     mkdir -p "$out/ab"

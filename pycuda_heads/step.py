@@ -167,8 +167,8 @@ class TrainStep(_Captured):
     with one multi-tensor launch. The step owns its parameters (``params``), their Adam moments,
     its step counter and learning rate (on the device: ``schedule``) and every buffer. The FRD
     branch runs on a second stream of the step's, beside the pool branch: its forward and
-    softmax-CE beside the pool and residual/gate forward, its backward stages beside theirs
-    after the loss; it joins before Adam, so ``stream`` waits for all of it.
+    softmax-CE beside the pool and residual/gate forward, then the loss, then its backward
+    stages beside theirs; it joins before Adam, so ``stream`` waits for all of it.
 
     ``load(params)`` sets the parameters (moments zero, step 0); ``feed(**data)`` fills the
     inputs in place; ``run()`` launches the step's kernels one by one, ``replay()`` the
@@ -205,13 +205,13 @@ class TrainStep(_Captured):
         self.inputs = {n: empty(self._shape(axes), np.int32 if n in _INT_DATA else np.float32)
                        for n, axes in DATA.items()}
         self.schedule = AdamSchedule(lr)
-        # the FRD branch runs on a stream of its own: forked at the start, its softmax-CE
-        # handed to the loss, the loss's gradient handed back, joined before Adam (a graph holds
-        # the two branches side by side)
+        # the FRD branch runs on a stream of its own: forked at the start, handed the gated
+        # output for the loss, handing back grad_out, joined before Adam (a graph holds the two
+        # branches side by side)
         drv = cuda()
         self._side = drv.Stream()
         self._events = {name: drv.Event(drv.event_flags.DISABLE_TIMING)
-                        for name in ("fork", "frd_loss", "loss", "join")}
+                        for name in ("fork", "out", "loss", "join")}
         self._loaded = False
         self._start(stream)
 
@@ -306,9 +306,12 @@ class TrainStep(_Captured):
         ctx, attn = self.pool.forward(p["q_h"], x["ln"], stream=s)
         out, residual = self.resgate.forward(ctx, p["w_res"], p["bias_res"], x["base"],
                                              p["alpha"], stream=s)
-        self._hand(side, s, "frd_loss")
-        grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits, stream=s)
-        self._hand(s, side, "loss")
+        # the loss goes on the stream whose input comes last (the FRD forward's), so only an
+        # input that is long ready waits across streams
+        self._hand(s, side, "out")
+        grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits,
+                                                       stream=side)
+        self._hand(side, s, "loss")
         g_w2, g_b2, dhidden = self.head.grad_w2(hidden, p["w2"], grad_logits_w, stream=side)
         g_w1, g_b1, _ = self.head.grad_w1(x["h_t"], p["w1"], hidden, dhidden, stream=side)
         g_wres, g_bres, grad_ctx, _, g_alpha = self.resgate.backward(
