@@ -6,7 +6,7 @@
 #   abmin     the same A/B by probes/host_cost_min.py (fastest of many runs), $AB_ROUNDS times
 #   sweep     `sweep` of $SWEEP_KERNELS ($SWEEP_TRIALS trials a study, $SWEEP_S seconds), its
 #             best validated points exported into the package's table (what later steps run)
-#   tests     the GPU tests with their record, beside
+#   tests     the GPU tests with their record ($TESTS_K: only those pytest -k selects), beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
 #   probe     the torch host-cost probe with the C++ launcher (and the Python one: probepy)
@@ -58,7 +58,7 @@ if has abmin; then
 fi
 if has tests; then
     mkdir -p "$out/tests"
-    (timeout 230 python -m pytest -q -rs -n 8 -m gpu tests/ --gpu-record -p no:cacheprovider \
+    (timeout 230 python -m pytest -q -rs -n 8 -m gpu tests/ --gpu-record -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
         --timeout 220 --timeout-method thread > "$out/tests/tests.log" 2>&1
      echo "rc=$?" >> "$out/tests/tests.log"
      cp reports/nvidia-h200/gpu_tests.json "$out/tests/") &
