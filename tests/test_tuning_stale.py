@@ -116,3 +116,27 @@ def test_lookup_without_a_hash_keeps_the_old_behaviour(tmp_path, monkeypatch):
     assert lookup(space.kernel, {}, {"N": 8}, "g")[0] == {"B": 2}
     assert lookup(space.kernel, {}, {"N": 8}, "g", "aaaa")[0] == {"B": 2}
     assert lookup(space.kernel, {}, {"N": 8}, "g", "bbbb")[0] is None
+
+
+def test_export_keeps_a_shipped_entry_that_restamp_carried_over(tmp_path, toy, monkeypatch):
+    """A cache whose kernel was edited is stale, but the shipped table's entry proven to
+    compile as before (``restamp``: its source_hash moved to the installed sources) survives a
+    re-export; one still at the old sources does not."""
+    folder, load = toy
+    op = load()
+    tuned_table(tmp_path, op, monkeypatch)
+    shipped = json.loads((tmp_path / "tables" / "toy-gpu.json").read_text())["entries"]
+    (folder / "stale.cu").write_text(TOY_CU.replace("// toy: y = 2 x", "// toy: y = x + x"))
+    op = load()
+    now = op_source_hash(op)
+    with pytest.raises(FileNotFoundError, match="installed sources"):
+        build_table(tmp_path, "toy-gpu", installed=lambda k: now, shipped=shipped)
+    restamped = [{**e, "source_hash": now} for e in shipped]
+    table = build_table(tmp_path, "toy-gpu", installed=lambda k: now, shipped=restamped)
+    assert table["entries"] == restamped and table["entries"][0]["params"] == BEST
+    assert table["provenance"]["entries_kept_from_the_shipped_table"] == 1
+    assert table["provenance"]["stale_caches_skipped"] == []
+    # export reads the installed table itself
+    (tmp_path / "tables" / "toy-gpu.json").write_text(json.dumps({"entries": restamped}))
+    path = export(tmp_path, "toy-gpu", tmp_path / "out", installed=lambda k: now)
+    assert json.loads(path.read_text())["entries"] == restamped

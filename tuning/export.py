@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from pycuda_heads import records
 
@@ -36,24 +36,35 @@ def suite_shapes(kernel: str) -> list[dict[str, int]] | None:
 
 def build_table(reports: Path, slug: str,
                 installed: Callable[[str], str | None] = installed_hash,
-                suite: Callable[[str], list[dict[str, int]] | None] = suite_shapes
-                ) -> dict[str, Any]:
+                suite: Callable[[str], list[dict[str, int]] | None] = suite_shapes,
+                shipped: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The table of ``slug`` from its caches; a cache tuned for other sources than the
-    installed ones (``installed``) is left out and listed as stale. A kernel ships only with
-    an entry at every one of its ``suite`` shapes: an entry's size range reaches to its suite
-    neighbours, so a missing neighbour would stretch it over shapes never tuned."""
+    installed ones (``installed``) is left out and listed as stale, unless ``shipped`` (the
+    installed table's entries) holds its task's entry at the installed sources: one that
+    ``restamp`` carried over, proven to compile as before, which is kept as it is. A kernel
+    ships only with an entry at every one of its ``suite`` shapes: an entry's size range
+    reaches to its suite neighbours, so a missing neighbour would stretch it over shapes never
+    tuned."""
     tdir = tuning_dir(reports, slug)
-    caches, stale = [], []
+    caches, stale, carried = [], [], []
     for path in cache_files(tdir):
         c = read_cache(path)
         now = installed(c["kernel"])
         if now is not None and c.get("source_hash") != now:
+            kept = [e for e in shipped if e.get("source_hash") == now
+                    and (e["kernel"], e["template"], e["shape"]) ==
+                    (c["kernel"], c["template"], c["shape"])]
+            if kept:
+                log.info("%s: tuned for other kernel sources; the shipped entry, carried over "
+                         "to the installed ones, is kept", path)
+                carried += [dict(e) for e in kept]
+                continue
             log.warning("%s: tuned for other kernel sources (%s, installed %s); not exported",
                         path, c.get("source_hash"), now)
             stale.append(path.name)
         else:
             caches.append(c)
-    if not caches:
+    if not caches and not carried:
         raise FileNotFoundError(f"no tuning data for the installed sources in {tdir}; run "
                                 "`pycuda-heads sweep` first")
     entries, missing, failures = [], [], []
@@ -66,6 +77,7 @@ def build_table(reports: Path, slug: str,
             missing.append({"kernel": c["kernel"], "template": c["template"], "shape": c["shape"]})
             continue
         entries.append(_entry(c, next(e for e in evals if e["params"] == best["params"])))
+    entries += carried
     incomplete = {}
     for kernel in sorted({e["kernel"] for e in entries}):
         have = [e["shape"] for e in entries if e["kernel"] == kernel]
@@ -78,7 +90,7 @@ def build_table(reports: Path, slug: str,
                                 sorted(e["shape"].items())))
     runs = read_runs(tdir)
     return {
-        "gpu": caches[0]["gpu"], "slug": slug,
+        "gpu": (caches[0] if caches else read_cache(cache_files(tdir)[0]))["gpu"], "slug": slug,
         "provenance": {
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             **_git(reports),
@@ -97,6 +109,7 @@ def build_table(reports: Path, slug: str,
                 "tasks_without_validated_best": missing,
             },
             "stale_caches_skipped": stale,
+            "entries_kept_from_the_shipped_table": len(carried),
             "kernels_not_tuned_at_every_suite_shape": incomplete,
         },
         "entries": entries,
@@ -144,7 +157,12 @@ def _finite(t: Any) -> bool:
 
 def export(reports: Path, slug: str, out_dir: Path,
            installed: Callable[[str], str | None] = installed_hash) -> Path:
-    table = build_table(reports, slug, installed)
+    """Write ``slug``'s table into ``out_dir``, keeping the installed table's entries that
+    ``restamp`` carried over where their caches are stale."""
+    from pycuda_heads.core.tuned import table_dir
+    path = table_dir() / f"{slug}.json"
+    shipped = records.read_json(path, "tuned table").get("entries", []) if path.is_file() else []
+    table = build_table(reports, slug, installed, shipped=shipped)
     path = Path(out_dir) / f"{slug}.json"
     records.write_json(path, table)
     return path
