@@ -48,6 +48,7 @@ def _rows(gpu_dir: Path) -> dict[str, report_data.BenchResult]:
     data = report_data.load(gpu_dir)
     rows = {anchor(c.op, c.shape, c.pass_): c for c in report_data.cases(data.bench)}
     for op, results in (("step", report_data.step_results(data.bench)),
+                        ("train_step", report_data.whole_step_results(data.bench)[0]),
                         ("torch_train", report_data.train_results(data.bench))):
         rows.update({anchor(op, shape): report_data.BenchResult(op, shape, "", by)
                      for shape, by in results.items()})

@@ -408,8 +408,9 @@ def whole_step(steps: dict[str, dict[str, dict[str, Any]]],
     rows, goals = [], []
     for shape, by in steps.items():
         case = BenchResult(TRAIN_STEP_OP, shape, FWD_BWD, by)
-        rows.append((shape, *("failed" if case.error(p) else us(case.time(p))
-                              for p in WHOLE_STEP_PROVIDERS),
+        rows.append((_anchored(shape, TRAIN_STEP_OP, shape),
+                     *("failed" if case.error(p) else us(case.time(p))
+                       for p in WHOLE_STEP_PROVIDERS),
                      *(speedup(_over_graph(case, p)) for p in ("torch_compile_ro", "kernel_sum"))))
         for goal_shape, peer, goal in WHOLE_STEP_GOALS:
             if goal_shape == shape:
@@ -423,11 +424,13 @@ def whole_step(steps: dict[str, dict[str, dict[str, Any]]],
             met = "met" if graph <= WHOLE_STEP_SMALL_US else "**missed**"
             goals.append((shape, "graph wall time", f"<= {WHOLE_STEP_SMALL_US:.0f} us",
                           f"{met}: {us(graph)} us"))
+    commits = sorted({commit(r.get("commit")) for results in (steps, adam)
+                      for by in results.values() for r in by.values()})
     lines = ["## Whole training step", "",
              "`TrainStep`: pool, residual + gate and FRD head forward, the loss, the backward of "
              "both branches and one multi-tensor Adam step, as wall time per step over many "
              "steps back to back; the sum of its kernels' GPU times (each timed alone) is the "
-             "floor of a graph replay.", ""]
+             f"floor of a graph replay; measured at commit {', '.join(commits)}.", ""]
     if rows:
         lines += [table(("shape", *(f"{label} us" for label in WHOLE_STEP_PROVIDERS.values()),
                          "graph vs reduce-overhead", "graph vs its kernels"), rows), ""]
