@@ -10,7 +10,8 @@
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
 #   probe     the torch host-cost probe with the C++ launcher (and the Python one: probepy)
-#   breakdown where a PyTorch training step's host time goes, eager and reduce-overhead
+#   breakdown where a PyTorch training step's host time goes, eager and reduce-overhead, and
+#             fused Adam's host time after each implementation's compiled backward
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
@@ -97,6 +98,8 @@ if has breakdown; then
     mkdir -p "$out/breakdown"
     timeout 240 python probes/torch_host_breakdown.py "$out/breakdown/torch_host_breakdown.json" \
         > "$out/breakdown/breakdown.log" 2>&1
+    timeout 240 python probes/torch_ro_adam.py "$out/breakdown/torch_ro_adam.json" \
+        >> "$out/breakdown/breakdown.log" 2>&1
     pack breakdown
 fi
 if has whole; then
