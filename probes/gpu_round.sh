@@ -15,7 +15,8 @@
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   measure   `efficiency --measure` (of $MEASURE_TASK, else every task) for what is left of
+#   measure   `efficiency --measure` (of $MEASURE_TASK, else every task; $MEASURE_SAMPLERS) for
+#             what is left of
 #             $ROUND_S seconds (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
@@ -122,7 +123,8 @@ if has measure; then  # the tuner's quality search, resumable: whatever time the
     mkdir -p "$out/measure"
     left=$(( ${ROUND_S:-540} - SECONDS - 20 ))
     if (( left > 60 )); then
-        timeout "$left" pycuda-heads efficiency --measure --time-budget $(( left - 30 )) --no-progress ${MEASURE_TASK:+--task "$MEASURE_TASK"} \
+        timeout "$left" pycuda-heads efficiency --measure --time-budget $(( left - 30 )) --no-progress \
+            ${MEASURE_TASK:+--task "$MEASURE_TASK"} ${MEASURE_SAMPLERS:+--samplers "$MEASURE_SAMPLERS"} \
             > "$out/measure/measure.log" 2>&1; echo "rc=$?" >> "$out/measure/measure.log"
     fi
     cp -r reports/*/tuning "$out/measure/" 2>/dev/null
