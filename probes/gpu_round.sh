@@ -16,8 +16,7 @@
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   measure   `efficiency --measure` (of $MEASURE_TASK, else every task; $MEASURE_SAMPLERS) for
-#             what is left of
-#             $ROUND_S seconds (default 540)
+#             what is left of $ROUND_S seconds (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
 # then every other family; a family left out keeps its record).
