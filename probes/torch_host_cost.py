@@ -4,7 +4,10 @@ launch); the forward+backward cases add torch's autograd engine and are there to
 
 Each case runs many calls back to back at a shape whose kernels take less GPU time than the
 host spends issuing them, so the wall time per call is the host's. The torch yardstick is the
-median over a few single-kernel eager ops at the same sizes. Writes JSON to the path given.
+median over a few single-kernel eager ops at the same sizes. The yardstick and the cases take
+turns, round by round, so a host whose speed drifts during the probe moves both alike: a
+case's ratio is the median over the rounds of its time per launch over that round's
+yardstick. Writes JSON to the path given.
 
     source .gpu/env.sh && python probes/torch_host_cost.py OUT.json
 """
@@ -21,12 +24,12 @@ from host_timing import per_call_runs
 from pycuda_heads.records import git_state
 from pycuda_heads.torch.native import native
 
-CALLS, REPS = 2000, 5
+CALLS, ROUNDS = 2000, 9
 
 
 def per_call_us(fn) -> float:
-    """Median over REPS runs of CALLS calls of the wall time per call (one sync a run)."""
-    return statistics.median(per_call_runs(fn, torch.cuda.synchronize, CALLS, REPS, warm=200))
+    """The wall time per call of one run of CALLS calls (one sync), after a few warm calls."""
+    return per_call_runs(fn, torch.cuda.synchronize, CALLS, 1, warm=20)[0]
 
 
 def main(out: str) -> None:
@@ -35,8 +38,6 @@ def main(out: str) -> None:
     torch_ops = {"add": lambda: torch.add(x, y), "mul": lambda: torch.mul(x, y),
                  "softmax": lambda: torch.softmax(x, -1), "sum": lambda: x.sum(-1),
                  "relu": lambda: torch.relu(x)}
-    yardstick = {name: per_call_us(fn) for name, fn in torch_ops.items()}
-    op_us = statistics.median(yardstick.values())
 
     pool, gate = pht.AttentionPool(5, 128), pht.ResidualGate(5, 128)
     head, loss = pht.FrdHead(128, 128, 5, 21), pht.FrdLoss(5, 21)
@@ -69,19 +70,33 @@ def main(out: str) -> None:
     for fn, _ in cases.values():  # compile every kernel before anything is timed
         fn()
     torch.cuda.synchronize()
+    ops: dict[str, list[float]] = {name: [] for name in torch_ops}
+    yardstick: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for r in range(ROUNDS):  # each round in a rotated order
+        names = list(cases)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(per_call_us(cases[name][0]))
+        for name, fn in torch_ops.items():
+            ops[name].append(per_call_us(fn))
+        yardstick.append(statistics.median(ops[name][-1] for name in ops))
+    op_us = statistics.median(yardstick)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "cpp_launcher": native() is not None,
-              "calls": CALLS, "reps": REPS, "torch_op_us": round(op_us, 2),
-              "torch_ops_us": {k: round(v, 2) for k, v in yardstick.items()}, "cases": []}
-    for name, (fn, launches) in cases.items():
-        us = per_call_us(fn)
+              "cpp_launcher": native() is not None, "calls": CALLS, "rounds": ROUNDS,
+              "torch_op_us": round(op_us, 2),
+              "torch_ops_us": {k: round(statistics.median(v), 2) for k, v in ops.items()},
+              "cases": []}
+    for name, (_, launches) in cases.items():
+        us = statistics.median(times[name])
+        ratios = [t / launches / y for t, y in zip(times[name], yardstick)]
         record["cases"].append({"case": name, "module_call": "backward" not in name,
                                 "us_per_call": round(us, 2), "launches": launches,
                                 "us_per_launch": round(us / launches, 2),
-                                "ratio_to_torch_op": round(us / launches / op_us, 2)})
-        with open(out, "w") as f:  # after each case: a run cut short keeps what it measured
-            json.dump(record, f, indent=1)
+                                "ratio_to_torch_op": round(statistics.median(ratios), 2),
+                                "ratio_range": [round(min(ratios), 2), round(max(ratios), 2)]})
+    with open(out, "w") as f:
+        json.dump(record, f, indent=1)
     print(json.dumps(record, indent=1))
 
 
