@@ -292,3 +292,38 @@ def test_tries_follow_the_shipped_point_where_their_knobs_and_values_fit(monkeyp
     assert {"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}.items() <= wide.tried[0].items()
     with pytest.raises(ValueError, match="STAGES=5"):
         TuningTask.from_spec(spec, {"B": 64, "K": 64}, "G", "g", tries=({"STAGES": 5},)).tried
+
+
+def test_transfer_leads_the_startup_with_the_kernels_entries_at_other_shapes(monkeypatch):
+    """``tpe-transfer``'s startup: the baseline, then the kernel's entries at its other shapes
+    and templates, nearest shape first, each once and valid here (completed for knobs added
+    since); never the task's own entry, also in a fresh search (a measurement); other
+    samplers' startups are unchanged."""
+    from pycuda_heads.tuning import spaces
+    from pycuda_heads.tuning.samplers import first_points
+    spec = catalog()["pool.forward"]
+    shape = {"B": 4096, "K": 256}
+    template = {"N_HORIZONS": 5, "HIDDEN_DIM": 128}
+    near = {"BLOCK": 512, "VEC": 2, "UNROLL": 4, "LAYOUT": 0}
+    far = {"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 0}
+    own = {"BLOCK": 256, "VEC": 4, "UNROLL": 1, "LAYOUT": 0}
+    entries = [{"kernel": "pool.forward", "shape": {"B": 2, "K": 8}, "params": far,
+                "template": template},
+               {"kernel": "pool.forward", "shape": {"B": 4096, "K": 64}, "params": near,
+                "template": template},
+               {"kernel": "pool.forward", "shape": {"B": 1024, "K": 128}, "params": near,
+                "template": template},
+               {"kernel": "pool.backward", "shape": shape, "params": far, "template": template},
+               {"kernel": "pool.forward", "shape": shape, "params": own, "template": template},
+               {"kernel": "pool.forward", "shape": {"B": 4096, "K": 128},
+                "params": {**far, "VEC": 3}, "template": template}]  # VEC 3: no value here
+    monkeypatch.setattr(spaces, "load_table", lambda slug: {"entries": entries})
+    task = TuningTask.from_spec(spec, shape, "Toy GPU", "toy-gpu")
+    complete = lambda p: spec.space.complete(p, task.template)  # noqa: E731
+    assert task.transferred == [complete(near), complete(far)]
+    startup = first_points(task, "tpe-transfer", trials=12, seed=0, fresh=True)
+    assert startup[:3] == [task.baseline, complete(near), complete(far)]
+    assert complete(own) not in startup and len(startup) == spaces.STARTUP_TRIALS
+    assert first_points(task, "tpe-valid", 12, 0, fresh=True) == \
+        spaces.startup_points(task, 12, 0, fresh=True)
+    assert first_points(task, "random", 12, 0) == [task.baseline]

@@ -287,8 +287,8 @@ def test_the_exhaustive_replay_is_not_handed_the_shipped_point(monkeypatch):
     from pycuda_heads.tuning import efficiency, study
     from pycuda_heads.tuning.cache import COMPLETE, Evaluation
     startups = []
-    real = study.startup_points
-    monkeypatch.setattr(study, "startup_points",
+    real = study.first_points
+    monkeypatch.setattr(study, "first_points",
                         lambda *a: startups.append(real(*a)) or startups[-1])
     task = task_with_table()
     replay = efficiency.Replay([Evaluation(p, COMPLETE, time_us=toy_time(p), p20_us=toy_time(p),

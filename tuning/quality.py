@@ -37,9 +37,9 @@ from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
 
 from .cache import P_VALUE, Evaluation, TuningCache
 from .progress import Bar, Budget, Progress
-from .samplers import DEFAULT_SAMPLER, SAMPLERS, ask, make
+from .samplers import DEFAULT_SAMPLER, SAMPLERS, ask, first_points, make
 from .session import Evaluator, Session
-from .spaces import TuningTask, all_points, point_key, startup_points
+from .spaces import TuningTask, all_points, point_key
 from .storage import cache_path, tuning_dir
 from .study import outcome
 from .tune import compare_with_default, speedup_test
@@ -112,8 +112,7 @@ class Chain:
         self.id = f"{sampler}:{seed}"
         self.study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
                                          sampler=make(sampler, task, seed))
-        first = startup_points(task, trials, seed, fresh=True) if SAMPLERS[sampler].startup \
-            else [dict(task.baseline)]
+        first = first_points(task, sampler, trials, seed, fresh=True)
         for point in first:
             self.study.enqueue_trial(point)
         self.points: list[Point] = []

@@ -19,7 +19,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pycuda_heads.core.space import Point
 
-from .spaces import STARTUP_TRIALS, TuningTask, distributions, point_key, suggest
+from .spaces import (STARTUP_TRIALS, TuningTask, distributions, point_key, startup_points,
+                     suggest)
 
 #: redraws of a proposal that breaks a restriction before the closest valid point is taken
 MAX_REDRAWS = 3
@@ -126,6 +127,8 @@ class SamplerSpec:
     valid_only: bool
     #: the tuner's startup points lead (baseline, then seeded valid points); else the baseline
     startup: bool = True
+    #: the startup points take the kernel's tuned entries at its other shapes first
+    transfer: bool = False
 
 
 def _tpe(task: TuningTask, seed: int) -> BaseSampler:
@@ -142,6 +145,9 @@ SAMPLERS = {s.name: s for s in (
                 "costs no trial", _tpe, True),
     SamplerSpec("mixed", "the reference search: tpe-valid with every other trial a uniform "
                 "valid point", Alternating, True),
+    SamplerSpec("tpe-transfer", "as tpe-valid, the startup led by the kernel's tuned entries "
+                "at its other shapes that are valid here, the nearest shape first",
+                _tpe, True, transfer=True),
 )}
 #: what the tuner runs unless told otherwise (``--sampler``)
 DEFAULT_SAMPLER = "tpe"
@@ -151,6 +157,17 @@ def check_sampler(name: str) -> None:
     """ValueError in one line when ``name`` is not a sampler."""
     if name not in SAMPLERS:
         raise ValueError(f"--sampler {name!r} is unknown; samplers: {', '.join(SAMPLERS)}")
+
+
+def first_points(task: TuningTask, name: str, trials: int, seed: int,
+                 fresh: bool = False) -> list[Point]:
+    """The points a new search of sampler ``name`` queues first: the tuner's startup points
+    (``spaces.startup_points``; the transferred ones where the sampler takes them), else the
+    baseline alone."""
+    spec = SAMPLERS[name]
+    if not spec.startup:
+        return [dict(task.baseline)]
+    return startup_points(task, trials, seed, fresh, transfer=spec.transfer)
 
 
 def make(name: str, task: TuningTask, seed: int) -> BaseSampler:

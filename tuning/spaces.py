@@ -4,6 +4,7 @@ on one GPU."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -44,19 +45,25 @@ def all_points(task: "TuningTask") -> list[Point]:
 #: Trials TPE samples at random before it models the results. The tuner draws them itself
 #: (seeded per task), so a sweep compiles them all in parallel before any timing.
 STARTUP_TRIALS = 10
+#: the most startup trials that ``transfer`` takes from the kernel's entries at other shapes
+TRANSFER_POINTS = 4
 
 
 def startup_points(task: "TuningTask", trials: int, seed: int,
-                   fresh: bool = False) -> list[Point]:
+                   fresh: bool = False, transfer: bool = False) -> list[Point]:
     """The first trials of the task's TPE study (STARTUP_TRIALS, or more where the user's tries
     need them; never more than ``trials``): its baseline, the shipped table's point for the
     task (so a re-tune after a source change starts from what won before), the user's tries,
-    then valid points drawn at random with a seed of ``seed`` and the task's name, those
-    bringing most knob values not drawn yet first (so a layout that few valid points take is
-    still tried before TPE models the results). ``fresh``: neither the shipped point nor the
-    tries (a measurement of the search must not be handed its answer)."""
+    with ``transfer`` up to TRANSFER_POINTS of the kernel's entries at its other shapes
+    (``task.transferred``), then valid points drawn at random with a seed of ``seed`` and the
+    task's name, those bringing most knob values not drawn yet first (so a layout that few
+    valid points take is still tried before TPE models the results). ``fresh``: neither the
+    shipped point nor the tries (a measurement of the search must not be handed its answer;
+    the other shapes' entries are knowledge a new task would have too)."""
     first = [dict(task.baseline)]
     known = [] if fresh else ([] if task.shipped is None else [task.shipped]) + task.tried
+    if transfer:
+        known = known + task.transferred[:TRANSFER_POINTS]
     for point in known:
         if point not in first:
             first.append(point)
@@ -164,6 +171,36 @@ class TuningTask:
                 return point if self.space.violated(point, self.template,
                                                     self.launch_env) is None else None
         return None
+
+    @cached_property
+    def transferred(self) -> list[Point]:
+        """The exported table's points for this kernel at its other shapes and templates,
+        completed for this template and valid here, each once, the nearest first: by the sum
+        over the shape's and the template's axes of |log2| of their ratio (an axis the other
+        entry lacks counts one)."""
+        table = load_table(self.slug) or {}
+        own = {**self.template, **self.shape}
+        ranked: list[tuple[float, int, Point]] = []
+        for i, entry in enumerate(table.get("entries", ())):
+            there = {**entry.get("template", {}), **entry.get("shape", {})}
+            if entry.get("kernel") != self.kernel or there == own:
+                continue
+            try:
+                point = self.space.complete(
+                    {k: v for k, v in entry["params"].items() if k in self.space.params},
+                    self.template)
+            except ValueError:
+                continue
+            if self.space.violated(point, self.template, self.launch_env) is not None:
+                continue
+            far = sum(abs(math.log2(own[a] / there[a])) if there.get(a, 0) > 0 else 1.0
+                      for a in own)
+            ranked.append((far, i, point))
+        out: list[Point] = []
+        for _, _, point in sorted(ranked, key=lambda r: r[:2]):
+            if point not in out and point != self.baseline:
+                out.append(point)
+        return out
 
     @property
     def family(self) -> str:

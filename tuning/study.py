@@ -30,8 +30,8 @@ from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .progress import Bar, Budget, Progress
 from .session import Session
-from .samplers import DEFAULT_SAMPLER, SAMPLERS, ask
-from .spaces import TuningTask, all_points, distributions, point_key, startup_points
+from .samplers import DEFAULT_SAMPLER, ask, first_points
+from .spaces import TuningTask, all_points, distributions, point_key
 from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 
 MODES = ("tpe", "exhaustive")
@@ -96,8 +96,7 @@ def run_tpe(session: Session, study: optuna.Study, *, seed: int, trials: int, bu
     is ``sampler``'s (``samplers.make``)."""
     task = session.task
     ran = 0
-    startup = startup_points(task, trials, seed, fresh) if SAMPLERS[sampler].startup \
-        else [dict(task.baseline)]
+    startup = first_points(task, sampler, trials, seed, fresh)
     # a run killed between a tell and its cache save left the history short: rebuild it now,
     # since a finished study runs no trial that would
     sync_history(session, study)

@@ -22,9 +22,9 @@ from . import constraints
 from .cache import TuningCache
 from .constraints import Feasibility
 from .progress import Budget, Progress
-from .samplers import DEFAULT_SAMPLER, SAMPLERS
+from .samplers import DEFAULT_SAMPLER, first_points
 from .session import Evaluator
-from .spaces import TuningTask, all_points, startup_points
+from .spaces import TuningTask, all_points
 from .storage import cache_path, log_run, tuning_dir
 from .tune import TuneOutcome, tune
 
@@ -78,8 +78,7 @@ def run_sweep(tasks: Sequence[TuningTask], *, evaluator_for: Callable[[TuningTas
     # TPE compiles ahead only the points its studies will ask first; exhaustive, all of them
     pending = [(task, feas, p) for task, feas in plans
                for p in _untimed(task, feas, out, all_points(task) if mode != "tpe"
-                                 else startup_points(task, trials, seed)
-                                 if SAMPLERS[sampler].startup else [task.baseline])]
+                                 else first_points(task, sampler, trials, seed))]
     constraints.warm([(feas, p) for _, feas, p in pending], workers)
     if warm is not None:
         warm([(task, p) for task, feas, p in pending if feas(p) is None])
