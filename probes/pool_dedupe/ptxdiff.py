@@ -17,7 +17,7 @@ def ptx(src):
     key = hashlib.sha256(src.encode()).hexdigest()[:20]
     p = Path(f"/tmp/pool_ptxdiff/cache/{key}.ptx")
     if not p.exists():
-        p.parent.mkdir(exist_ok=True)
+        p.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as t:
             cu = Path(t)/"v.cu"; cu.write_text(src)
             subprocess.run(["nvcc","-O3","-arch=compute_90","--ptx","-o",str(p),str(cu)],check=True)
