@@ -1,6 +1,9 @@
 """Render variants at base and worktree, compile to PTX, show diffs. usage: ptxdiff.py BASE [idx...]"""
 from pathlib import Path
-import json, sys, subprocess, hashlib, os, tempfile
+import hashlib
+import subprocess
+import sys
+import tempfile
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
