@@ -306,8 +306,8 @@ class TrainStep(_Captured):
         ctx, attn = self.pool.forward(p["q_h"], x["ln"], stream=s)
         out, residual = self.resgate.forward(ctx, p["w_res"], p["bias_res"], x["base"],
                                              p["alpha"], stream=s)
-        # the loss goes on the stream whose input comes last (the FRD forward's), so only an
-        # input that is long ready waits across streams
+        # the loss goes on the FRD branch's stream: at small batches its forward ends after the
+        # pool branch's, so the loss waits across streams only for a gated output long ready
         self._hand(s, side, "out")
         grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits,
                                                        stream=side)
