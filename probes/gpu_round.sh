@@ -15,8 +15,9 @@
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   measure   `efficiency --measure` (of $MEASURE_TASK, else every task; $MEASURE_SAMPLERS) for
-#             what is left of $ROUND_S seconds (default 540)
+#   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
+#             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
+#             (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
 # then every other family; a family left out keeps its record).
@@ -122,8 +123,9 @@ if has measure; then  # the tuner's quality search, resumable: whatever time the
     mkdir -p "$out/measure"
     left=$(( ${ROUND_S:-540} - SECONDS - 20 ))
     if (( left > 60 )); then
+        # shellcheck disable=SC2086  # MEASURE_ARGS: words on purpose
         timeout "$left" pycuda-heads efficiency --measure --time-budget $(( left - 30 )) --no-progress \
-            ${MEASURE_TASK:+--task "$MEASURE_TASK"} ${MEASURE_SAMPLERS:+--samplers "$MEASURE_SAMPLERS"} \
+            ${MEASURE_ARGS:-} \
             > "$out/measure/measure.log" 2>&1; echo "rc=$?" >> "$out/measure/measure.log"
     fi
     cp -r reports/*/tuning "$out/measure/" 2>/dev/null

@@ -90,6 +90,21 @@ def test_a_stopped_measurement_resumes_to_exactly_the_uninterrupted_record(tmp_p
         {point_key(e.params): e.time_us for e in one_go.evaluations}
 
 
+def test_shorter_chains_measure_the_first_budgets_and_a_longer_run_goes_on(tmp_path):
+    """``chain_trials`` below the largest budget: the samplers' chains stop there (the
+    reference chain keeps its length) and the task counts as done; a later run with the full
+    length extends the same chains, timing only the new points, to the uninterrupted record."""
+    short = Comparing(fail=())
+    done, record = run_measure(tmp_path / "a", short, chain_trials=8)
+    assert done and {k: len(v) for k, v in record.chains.items()} == {
+        "mixed:0": 30, "tpe:0": 8, "tpe:1": 8, "random:0": 8, "random:1": 8}
+    longer = Comparing(fail=())
+    done, record = run_measure(tmp_path / "a", longer)
+    _, one_go = run_measure(tmp_path / "b", Comparing(fail=()))
+    assert done and record.chains == one_go.chains
+    assert not {point_key(p) for p in longer.timed} & {point_key(p) for p in short.timed}
+
+
 def test_a_small_space_is_timed_whole(tmp_path):
     ev = Comparing(fail=())
     done, record = run_measure(tmp_path, ev, reference_trials=len(all_points(toy_task())))

@@ -67,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samplers", default=None,
                    help="comma-separated samplers whose searches are measured (default "
                         "tpe,random) or replayed (default: all)")
+    p.add_argument("--chain-trials", type=_positive, default=None,
+                   help="with --measure: trials of each sampler's search (default: the largest "
+                        "budget a curve draws, 100; fewer measures the smaller budgets first, "
+                        "and a later run with more goes on from there)")
     p.add_argument("--reference-trials", type=_positive, default=300,
                    help="trials of the mixed reference search (default 300; a space with no "
                         "more points is timed whole)")
@@ -454,6 +458,13 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
             raise ValueError("--adopt needs --measure: it times on this GPU")
         if args.measure and args.gpu is not None:
             raise ValueError("--gpu names stored data to replay; --measure times on this GPU")
+        if args.chain_trials is not None:
+            from .quality import BUDGETS
+            if not args.measure:
+                raise ValueError("--chain-trials needs --measure: it sets what is timed")
+            if args.chain_trials > max(BUDGETS):  # no curve reaches further
+                raise ValueError(f"--chain-trials {args.chain_trials}: at most {max(BUDGETS)}, "
+                                 "the largest budget a curve draws")
     except ValueError as exc:
         print(f"pycuda-heads efficiency: {exc}", file=sys.stderr)
         return 2
@@ -552,6 +563,7 @@ def _measure(args: argparse.Namespace, specs: list, samplers: list[str]) -> int:
             record = Record.load(task, reference_path(args.out, task))
             done = measure(task, evaluator, feas, record, samplers=samplers,
                            seeds=range(args.seeds), reference_trials=args.reference_trials,
+                           chain_trials=args.chain_trials,
                            budget=budget, progress=progress, warm=warm)
         except EvaluatorBroken as exc:
             print(f"stopped: {exc}\nthat configuration is recorded as failed; re-run the same "

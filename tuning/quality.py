@@ -144,12 +144,14 @@ class Chain:
 
 
 def chains_of(task: TuningTask, samplers: Sequence[str], seeds: Sequence[int],
-              reference_trials: int) -> list[Chain]:
+              reference_trials: int, chain_trials: int | None = None) -> list[Chain]:
     """The reference chain (none where the space has no more points than ``reference_trials``:
-    then every point is timed) and one chain per sampler and seed."""
+    then every point is timed) and one chain of ``chain_trials`` (default: the largest budget)
+    per sampler and seed."""
     out = [] if len(all_points(task)) <= reference_trials else \
         [Chain(task, REFERENCE_SAMPLER, 0, reference_trials)]
-    return out + [Chain(task, s, seed, max(BUDGETS)) for s in samplers for seed in seeds]
+    return out + [Chain(task, s, seed, chain_trials or max(BUDGETS))
+                  for s in samplers for seed in seeds]
 
 
 def _note(record: Record, chain: Chain) -> None:
@@ -172,14 +174,16 @@ Warm = Callable[[list[Point]], None]
 
 def measure(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point], str | None],
             record: Record, *, samplers: Sequence[str], seeds: Sequence[int],
-            reference_trials: int = REFERENCE_TRIALS, budget: Budget | None = None,
-            progress: Progress | None = None, warm: Warm | None = None) -> bool:
-    """Run the task's measurement until every chain is complete (True) or ``budget`` is spent
-    (False; a re-run resumes), then its verdict."""
+            reference_trials: int = REFERENCE_TRIALS, chain_trials: int | None = None,
+            budget: Budget | None = None, progress: Progress | None = None,
+            warm: Warm | None = None) -> bool:
+    """Run the task's measurement until every chain is complete (True; the samplers' chains
+    at ``chain_trials``) or ``budget`` is spent (False; a re-run resumes), then its
+    verdict."""
     budget = budget or Budget()
     progress = progress or Progress(enabled=False)
     session = Session(task, feasibility, evaluator, record)
-    chains = chains_of(task, samplers, seeds, reference_trials)
+    chains = chains_of(task, samplers, seeds, reference_trials, chain_trials)
     everything = all_points(task) if not chains or chains[0].sampler != REFERENCE_SAMPLER \
         else []
     with progress.bar(None, f"{task.label()} reference", unit="config") as bar:
