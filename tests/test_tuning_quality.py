@@ -105,6 +105,28 @@ def test_shorter_chains_measure_the_first_budgets_and_a_longer_run_goes_on(tmp_p
     assert not {point_key(p) for p in longer.timed} & {point_key(p) for p in short.timed}
 
 
+def test_transferring_searches_keep_the_points_they_started_from(tmp_path):
+    """A tpe-transfer measurement stores the transferred points it started from in the record;
+    once the table (and so ``task.transferred``) changes, its searches still resume and replay
+    from the stored points, timing nothing again."""
+    first = [p for p in all_points(toy_task())[5:8]]
+    task = task_with_table()
+    task.__dict__["transferred"] = first
+    done, record = run_measure(tmp_path, Comparing(fail=()), task=task,
+                               samplers=("tpe-transfer",))
+    assert done and record.transferred == first
+    assert [json.loads(k) for k in record.chains["tpe-transfer:0"][1:4]] == first
+    saved = json.loads(reference_path(tmp_path, task).read_text())
+    assert saved["transferred"] == first
+    moved = task_with_table()
+    moved.__dict__["transferred"] = list(reversed(all_points(toy_task())[20:23]))
+    again = Comparing(fail=())
+    done, reloaded = run_measure(tmp_path, again, task=moved, samplers=("tpe-transfer",))
+    assert done and again.timed == [] and reloaded.chains == record.chains
+    entry = curves(moved, reloaded, ["tpe-transfer"], SEEDS, 0.03)
+    assert entry["samplers"]["tpe-transfer"]["pending"] == 0
+
+
 def test_a_small_space_is_timed_whole(tmp_path):
     ev = Comparing(fail=())
     done, record = run_measure(tmp_path, ev, reference_trials=len(all_points(toy_task())))

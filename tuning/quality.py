@@ -74,6 +74,9 @@ class Record(TuningCache):
         self.chains: dict[str, list[str]] = {}
         #: the reference best and the op's point timed interleaved
         self.verdict: dict[str, Any] | None = None
+        #: the points a transferring sampler's searches started from (``task.transferred``
+        #: when first measured: the table may change, the recorded searches must not)
+        self.transferred: list[Point] | None = None
 
     def fill(self, data: dict[str, Any]) -> None:
         super().fill(data)
@@ -81,10 +84,13 @@ class Record(TuningCache):
             if len(keys) > len(self.chains.get(chain, ())):  # a chain only grows
                 self.chains[chain] = list(keys)
         self.verdict = self.verdict or data.get("verdict")
+        if self.transferred is None and data.get("transferred") is not None:
+            self.transferred = [dict(p) for p in data["transferred"]]
 
     def to_json(self) -> dict[str, Any]:
         return {**super().to_json(), "max_shared_bytes": self.task.max_shared_bytes,
-                "chains": self.chains, "verdict": self.verdict}
+                "chains": self.chains, "verdict": self.verdict,
+                **({} if self.transferred is None else {"transferred": self.transferred})}
 
 
 def reference_path(out: Path, task: TuningTask) -> Path:
@@ -107,12 +113,13 @@ class Chain:
     """One sampler's search of one task with one seed: ``next()`` is its next trial's point
     (asked once), ``tell`` that point's result."""
 
-    def __init__(self, task: TuningTask, sampler: str, seed: int, trials: int):
+    def __init__(self, task: TuningTask, sampler: str, seed: int, trials: int,
+                 transferred: Sequence[Point] | None = None):
         self.task, self.sampler, self.seed, self.trials = task, sampler, seed, trials
         self.id = f"{sampler}:{seed}"
         self.study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
                                          sampler=make(sampler, task, seed))
-        first = first_points(task, sampler, trials, seed, fresh=True)
+        first = first_points(task, sampler, trials, seed, fresh=True, transferred=transferred)
         for point in first:
             self.study.enqueue_trial(point)
         self.points: list[Point] = []
@@ -144,13 +151,14 @@ class Chain:
 
 
 def chains_of(task: TuningTask, samplers: Sequence[str], seeds: Sequence[int],
-              reference_trials: int, chain_trials: int | None = None) -> list[Chain]:
+              reference_trials: int, chain_trials: int | None = None,
+              transferred: Sequence[Point] | None = None) -> list[Chain]:
     """The reference chain (none where the space has no more points than ``reference_trials``:
     then every point is timed) and one chain of ``chain_trials`` (default: the largest budget)
     per sampler and seed."""
     out = [] if len(all_points(task)) <= reference_trials else \
         [Chain(task, REFERENCE_SAMPLER, 0, reference_trials)]
-    return out + [Chain(task, s, seed, chain_trials or max(BUDGETS))
+    return out + [Chain(task, s, seed, chain_trials or max(BUDGETS), transferred)
                   for s in samplers for seed in seeds]
 
 
@@ -183,7 +191,10 @@ def measure(task: TuningTask, evaluator: Evaluator, feasibility: Callable[[Point
     budget = budget or Budget()
     progress = progress or Progress(enabled=False)
     session = Session(task, feasibility, evaluator, record)
-    chains = chains_of(task, samplers, seeds, reference_trials, chain_trials)
+    if record.transferred is None and any(SAMPLERS[s].transfer for s in samplers):
+        record.transferred = task.transferred
+    chains = chains_of(task, samplers, seeds, reference_trials, chain_trials,
+                       record.transferred)
     everything = all_points(task) if not chains or chains[0].sampler != REFERENCE_SAMPLER \
         else []
     with progress.bar(None, f"{task.label()} reference", unit="config") as bar:
@@ -290,7 +301,7 @@ def _curve(task: TuningTask, record: Record, sampler: str, seeds: Sequence[int],
     """One sampler's curves: each seed's search replayed over the record."""
     rows, pending = [], set()
     for seed in seeds:
-        chain = Chain(task, sampler, seed, max(BUDGETS))
+        chain = Chain(task, sampler, seed, max(BUDGETS), record.transferred)
         stop = chain.advance(record.get)
         bar.done(None)
         if stop is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import optuna
@@ -159,15 +159,17 @@ def check_sampler(name: str) -> None:
         raise ValueError(f"--sampler {name!r} is unknown; samplers: {', '.join(SAMPLERS)}")
 
 
-def first_points(task: TuningTask, name: str, trials: int, seed: int,
-                 fresh: bool = False) -> list[Point]:
+def first_points(task: TuningTask, name: str, trials: int, seed: int, fresh: bool = False,
+                 transferred: Sequence[Point] | None = None) -> list[Point]:
     """The points a new search of sampler ``name`` queues first: the tuner's startup points
-    (``spaces.startup_points``; the transferred ones where the sampler takes them), else the
-    baseline alone."""
+    (``spaces.startup_points``), else the baseline alone. A sampler that transfers takes
+    ``transferred`` (a measurement's, kept in its record), else ``task.transferred``."""
     spec = SAMPLERS[name]
     if not spec.startup:
         return [dict(task.baseline)]
-    return startup_points(task, trials, seed, fresh, transfer=spec.transfer)
+    transfer = () if not spec.transfer else \
+        task.transferred if transferred is None else transferred
+    return startup_points(task, trials, seed, fresh, transfer=transfer)
 
 
 def make(name: str, task: TuningTask, seed: int) -> BaseSampler:

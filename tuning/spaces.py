@@ -8,7 +8,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution
@@ -49,21 +49,20 @@ STARTUP_TRIALS = 10
 TRANSFER_POINTS = 4
 
 
-def startup_points(task: "TuningTask", trials: int, seed: int,
-                   fresh: bool = False, transfer: bool = False) -> list[Point]:
+def startup_points(task: "TuningTask", trials: int, seed: int, fresh: bool = False,
+                   transfer: Sequence[Point] = ()) -> list[Point]:
     """The first trials of the task's TPE study (STARTUP_TRIALS, or more where the user's tries
     need them; never more than ``trials``): its baseline, the shipped table's point for the
     task (so a re-tune after a source change starts from what won before), the user's tries,
-    with ``transfer`` up to TRANSFER_POINTS of the kernel's entries at its other shapes
-    (``task.transferred``), then valid points drawn at random with a seed of ``seed`` and the
+    up to TRANSFER_POINTS of ``transfer`` (the kernel's entries at its other shapes:
+    ``task.transferred``), then valid points drawn at random with a seed of ``seed`` and the
     task's name, those bringing most knob values not drawn yet first (so a layout that few
     valid points take is still tried before TPE models the results). ``fresh``: neither the
     shipped point nor the tries (a measurement of the search must not be handed its answer;
     the other shapes' entries are knowledge a new task would have too)."""
     first = [dict(task.baseline)]
     known = [] if fresh else ([] if task.shipped is None else [task.shipped]) + task.tried
-    if transfer:
-        known = known + task.transferred[:TRANSFER_POINTS]
+    known = known + list(transfer)[:TRANSFER_POINTS]
     for point in known:
         if point not in first:
             first.append(point)
