@@ -26,5 +26,5 @@ from .step import HeadStep, TrainStep
 __version__ = VERSION
 __all__ = ["Adam", "AdamSchedule", "AlphaGate", "FrdHead", "FrdHeadSmall", "FrdSoftmaxCE",
            "GpuUnavailableError", "HeadLoss", "HeadStep", "LaunchError", "MultiAdam",
-           "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "ResidualGate", "TrainStep", "gpu_available",
-           "reduce_axis0", "synchronize", "__version__"]
+           "PerHorizonAttentionPool", "PerHorizonResidual", "ReduceAxis0", "ResidualGate",
+           "TrainStep", "gpu_available", "reduce_axis0", "synchronize", "__version__"]

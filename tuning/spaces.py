@@ -161,15 +161,20 @@ class TuningTask:
         for entry in table.get("entries", ()):
             if (entry.get("kernel") == self.kernel and entry.get("shape") == dict(self.shape)
                     and entry.get("template", dict(self.template)) == dict(self.template)):
-                try:
-                    point = self.space.complete(
-                        {k: v for k, v in entry["params"].items() if k in self.space.params},
-                        self.template)
-                except ValueError:
-                    return None
-                return point if self.space.violated(point, self.template,
-                                                    self.launch_env) is None else None
+                return self._runnable(entry)
         return None
+
+    def _runnable(self, entry: Mapping[str, Any]) -> Point | None:
+        """A table entry's point completed for knobs added since, or None when one of its
+        values left the space or the point breaks a restriction here."""
+        try:
+            point = self.space.complete(
+                {k: v for k, v in entry["params"].items() if k in self.space.params},
+                self.template)
+        except ValueError:
+            return None
+        return point if self.space.violated(point, self.template,
+                                            self.launch_env) is None else None
 
     @cached_property
     def transferred(self) -> list[Point]:
@@ -182,15 +187,9 @@ class TuningTask:
         ranked: list[tuple[float, int, Point]] = []
         for i, entry in enumerate(table.get("entries", ())):
             there = {**entry.get("template", {}), **entry.get("shape", {})}
-            if entry.get("kernel") != self.kernel or there == own:
-                continue
-            try:
-                point = self.space.complete(
-                    {k: v for k, v in entry["params"].items() if k in self.space.params},
-                    self.template)
-            except ValueError:
-                continue
-            if self.space.violated(point, self.template, self.launch_env) is not None:
+            point = None if entry.get("kernel") != self.kernel or there == own \
+                else self._runnable(entry)
+            if point is None:
                 continue
             far = sum(abs(math.log2(own[a] / there[a])) if there.get(a, 0) > 0 else 1.0
                       for a in own)
