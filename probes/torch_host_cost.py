@@ -25,6 +25,7 @@ from pycuda_heads.records import git_state
 from pycuda_heads.torch.native import native
 
 CALLS, ROUNDS = 2000, 9
+NO_GRAD = ("AttentionPool forward, no grad",)
 
 
 def per_call_us(fn) -> float:
@@ -57,9 +58,11 @@ def main(out: str) -> None:
         out = head(h_t)
         torch.autograd.grad(out, [h_t, *head.parameters()], out)
 
-    # case -> (call, kernel launches a call makes: the library's and torch's own)
+    # case -> (call, kernel launches a call makes: the library's and torch's own); the no-grad
+    # case is timed with grad mode off (as under torch.no_grad), its input made once
+    ln_const = ln.detach()
     cases = {
-        "AttentionPool forward, no grad": (lambda: pool(ln.detach()), 1),
+        "AttentionPool forward, no grad": (lambda: pool(ln_const), 1),
         "AttentionPool forward": (lambda: pool(ln), 1),
         "ResidualGate forward": (lambda: gate(ctx, hd), 1),
         "FrdHead forward": (lambda: head(h_t), 1),
@@ -76,7 +79,8 @@ def main(out: str) -> None:
     for r in range(ROUNDS):  # each round in a rotated order
         names = list(cases)
         for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(per_call_us(cases[name][0]))
+            with torch.set_grad_enabled(name not in NO_GRAD):
+                times[name].append(per_call_us(cases[name][0]))
         for name, fn in torch_ops.items():
             ops[name].append(per_call_us(fn))
         yardstick.append(statistics.median(ops[name][-1] for name in ops))

@@ -32,16 +32,31 @@ def test_a_records_error_reaches_the_caller_unchanged(lib):
     x = torch.zeros(2, 3)
     for _ in range(2):  # nothing is cached for a signature that failed
         with pytest.raises(TypeError, match=r"\bln\b"):
-            lib.run(handle, (x, None))
+            lib.run(handle, x, None)
     assert calls == [2, 2] and lib.launch_count() == 0
 
 
-def test_arguments_that_are_not_tensors_are_refused(lib):
-    handle = lib.method(lambda tensors: pytest.fail("recorded a non-tensor call"))
-    with pytest.raises(TypeError):
-        lib.run(handle, ("q_h", 3))
+def test_an_argument_that_is_not_a_tensor_is_refused_by_the_records_checks(lib):
+    seen = []
+
+    def record(given):
+        seen.append(given)
+        raise TypeError("ln: expected a torch.Tensor, got int")
+
+    handle = lib.method(record)
+    x = torch.zeros(2)
+    with pytest.raises(TypeError, match=r"^ln: expected a torch.Tensor"):
+        lib.run(handle, x, 3)
+    with pytest.raises(TypeError, match=r"^ln: expected a torch.Tensor"):
+        lib.apply(lib.rule("probe", [], [], [], lambda *a: ()), handle, x, "q_h", 0)
+    assert [g[1] for g in seen] == [3, "q_h"] and lib.launch_count() == 0
+    # checks that pass a non-tensor all the same: the launcher still refuses it
+    with pytest.raises(TypeError, match="argument 1 is not a tensor"):
+        lib.run(lib.method(lambda given: None), x, 3)
     with pytest.raises(RuntimeError, match="no method"):
-        lib.run(handle + 1000, ())
+        lib.run(handle + 1000)
+    with pytest.raises(TypeError):
+        lib.run("not a handle", x)
 
 
 def test_an_autograd_rule_registers_and_its_node_runs_the_method(lib):
@@ -51,4 +66,4 @@ def test_an_autograd_rule_registers_and_its_node_runs_the_method(lib):
     rule = lib.rule("probe", [0], [], [], lambda op, saved, *grads: (None,))
     handle = lib.method(record)
     with pytest.raises(ValueError, match=r"\bx\b"):
-        lib.apply(rule, handle, 0, [torch.zeros(3, requires_grad=True)])
+        lib.apply(rule, handle, torch.zeros(3, requires_grad=True), 0)

@@ -76,14 +76,9 @@ class Method:
         #: this method's handle in the C++ launcher, which asks ``_describe`` for a program
         self.handle = None if self.lib is None else self.lib.method(self._describe)
 
-    def __call__(self, *tensors: torch.Tensor | None) -> list[torch.Tensor]:
-        if self.lib is not None:
-            try:
-                return self.lib.run(self.handle, tensors)
-            except TypeError:
-                # not tensors: the binding's message names no argument, the checks do
-                self.check(tensors)
-                raise
+    def __call__(self, *tensors: torch.Tensor | None) -> Sequence[torch.Tensor]:
+        if self.lib is not None:  # it refuses a non-tensor through ``_describe``'s checks
+            return self.lib.run(self.handle, *tensors)
         try:
             pointers = [0 if t is None else t.data_ptr() for t in tensors]
             key = tuple([None if t is None else
@@ -100,10 +95,6 @@ class Method:
                     [o.data_ptr() for o in outs],
                     0 if scratch is None else scratch.data_ptr(), raw_stream(device.index))
         return outs
-
-    def check(self, tensors: Sequence[torch.Tensor | None]) -> None:
-        """TypeError or ValueError naming the first argument the method cannot take."""
-        self._record(tensors, None)
 
     def _describe(self, tensors: Sequence[torch.Tensor | None]) -> tuple:
         """The program at these tensors' signature, as the C++ launcher takes it."""

@@ -4,7 +4,8 @@ arguments, ``reset_parameters()``, parameters as the whole ``state_dict``.
 Names against the core API: ``AttentionPool`` runs ``ops.pool.PerHorizonAttentionPool``,
 ``ResidualGate`` ``ops.resgate.ResidualGate``, ``FrdHead`` ``ops.frdhead.FrdHead`` and
 ``FrdLoss`` ``ops.frd.FrdSoftmaxCE``; their tensors keep the core's names (q_h, w_res, bias_res,
-alpha, w1, b1, w2, b2)."""
+alpha, w1, b1, w2, b2). A forward reads its parameters from ``_parameters`` itself: ``self.w1``
+goes through ``Module.__getattr__``, a Python call per parameter per step."""
 from __future__ import annotations
 
 import math
@@ -51,7 +52,7 @@ class AttentionPool(torch.nn.Module):
             self.q_h.normal_(0.0, 1.0 / math.sqrt(self.hidden_dim))
 
     def forward(self, ln: Tensor) -> tuple[Tensor, Tensor]:
-        return pool_forward(self.q_h, ln, self.op_id)
+        return pool_forward(self._parameters["q_h"], ln, self.op_id)
 
     def extra_repr(self) -> str:
         return f"n_horizons={self.n_horizons}, hidden_dim={self.hidden_dim}"
@@ -80,7 +81,8 @@ class ResidualGate(torch.nn.Module):
             self.alpha.zero_()
 
     def forward(self, ctx: Tensor, head: Tensor) -> Tensor:
-        out, _ = resgate_forward(ctx, self.w_res, self.bias_res, head, self.alpha, self.op_id)
+        p = self._parameters
+        out, _ = resgate_forward(ctx, p["w_res"], p["bias_res"], head, p["alpha"], self.op_id)
         return out
 
     def extra_repr(self) -> str:
@@ -138,7 +140,8 @@ class FrdHead(torch.nn.Module):
             self.b2.zero_()
 
     def forward(self, h_t: Tensor) -> Tensor:
-        _, logits = frdhead_forward(h_t, self.w1, self.b1, self.w2, self.b2, self.op_id)
+        p = self._parameters
+        _, logits = frdhead_forward(h_t, p["w1"], p["b1"], p["w2"], p["b2"], self.op_id)
         return logits
 
     def extra_repr(self) -> str:

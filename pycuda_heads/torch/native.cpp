@@ -1,15 +1,19 @@
 // The eager path from torch tensors to kernel launches, in C++: a launch program per method and
-// signature (recorded once by Python), run with at::empty outputs on torch's current stream, and
-// a custom autograd node whose backward is the operator's Python formula. Python makes each
-// program (shape checks, launch parameters); this file only replays it, so the per-call host
-// cost is a signature key, the allocations and the launches.
+// signature (recorded once by Python), run with outputs from torch's caching allocator on torch's
+// current stream, and a custom autograd node whose backward is the operator's Python formula.
+// Python makes each program (shape checks, launch parameters); this file only replays it, so the
+// per-call host cost is a signature key, the allocations and the launches. Both entry points are
+// plain CPython fast calls (no pybind argument conversion): they are the eager path's hot loop.
 #include <torch/extension.h>
 
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <cuda.h>
 #include <dlfcn.h>
 #ifdef PYCUDA_HEADS_TORCH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -192,6 +196,16 @@ CUstream current_stream(int device) {
 #endif
 }
 
+// A float32 (or byte) buffer on the device from torch's caching allocator. A CUDA torch's own
+// allocation, without at::empty's dispatch: every output is written whole by its kernel.
+at::Tensor empty(at::IntArrayRef shape, at::ScalarType dtype, int device) {
+#ifdef PYCUDA_HEADS_TORCH_CUDA
+  return at::detail::empty_cuda(shape, dtype, at::Device(at::kCUDA, device), std::nullopt);
+#else
+  return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kCUDA, device));
+#endif
+}
+
 std::vector<at::Tensor> run(int64_t handle, const std::vector<std::optional<at::Tensor>>& tensors) {
   Method& m = method(handle);
   Key key;
@@ -214,13 +228,12 @@ std::vector<at::Tensor> run(int64_t handle, const std::vector<std::optional<at::
     if (m.programs.size() >= 1024) m.programs.clear();  // many batch sizes: start afresh
     if (keyed) m.programs.emplace(key, program);
   }
-  auto options = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, program->device);
   std::vector<at::Tensor> outputs;
   outputs.reserve(program->outputs.size());
-  for (const auto& shape : program->outputs) outputs.push_back(at::empty(shape, options));
+  for (const auto& shape : program->outputs)
+    outputs.push_back(empty(shape, at::kFloat, program->device));
   at::Tensor scratch;
-  if (program->scratch_bytes)
-    scratch = at::empty({program->scratch_bytes}, options.dtype(at::kByte));
+  if (program->scratch_bytes) scratch = empty({program->scratch_bytes}, at::kByte, program->device);
   CUstream stream = current_stream(program->device);
   bind_context(program->device);
 
@@ -341,6 +354,70 @@ variable_list apply(int64_t rule, int64_t handle, int64_t op, const std::vector<
   return outputs;
 }
 
+
+// ---- the entry points: tensors straight from the call's arguments, outputs as a tuple ----
+int64_t integer(PyObject* o) {
+  int64_t v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) throw python_error();
+  return v;
+}
+
+// An argument that is not a tensor: the method's record runs its checks, which name it.
+[[noreturn]] void refuse(int64_t handle, PyObject* const* args, Py_ssize_t n, Py_ssize_t at) {
+  py::tuple given(n);
+  for (Py_ssize_t i = 0; i < n; ++i) given[i] = py::reinterpret_borrow<py::object>(args[i]);
+  method(handle).record(given);
+  TORCH_CHECK_TYPE(false, "pycuda_heads native: argument ", at, " is not a tensor");
+}
+
+PyObject* wrap(std::vector<at::Tensor>&& outputs) {
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(outputs.size()));
+  if (tuple == nullptr) throw python_error();
+  for (size_t i = 0; i < outputs.size(); ++i)
+    PyTuple_SET_ITEM(tuple, i, THPVariable_Wrap(std::move(outputs[i])));
+  return tuple;
+}
+
+// run(handle, *tensors): a tensor argument may be None (an optional one absent)
+PyObject* run_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs >= 1, "run(handle, *tensors): no handle");
+  int64_t handle = integer(args[0]);
+  std::vector<std::optional<at::Tensor>> tensors;
+  tensors.reserve(nargs - 1);
+  for (Py_ssize_t i = 1; i < nargs; ++i) {
+    if (args[i] == Py_None) tensors.emplace_back(std::nullopt);
+    else if (THPVariable_Check(args[i])) tensors.emplace_back(THPVariable_Unpack(args[i]));
+    else refuse(handle, args + 1, nargs - 1, i - 1);
+  }
+  return wrap(run(handle, tensors));
+  END_HANDLE_TH_ERRORS
+}
+
+// apply(rule, handle, *tensors, op): every tensor argument given
+PyObject* apply_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK_TYPE(nargs >= 3, "apply(rule, handle, *tensors, op): too few arguments");
+  int64_t rule = integer(args[0]), handle = integer(args[1]), op = integer(args[nargs - 1]);
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(nargs - 3);
+  for (Py_ssize_t i = 2; i < nargs - 1; ++i) {
+    if (!THPVariable_Check(args[i])) refuse(handle, args + 2, nargs - 3, i - 2);
+    tensors.push_back(THPVariable_Unpack(args[i]));
+  }
+  return wrap(apply(rule, handle, op, tensors));
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef calls[] = {
+    {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_call)), METH_FASTCALL,
+     "run(handle, *tensors): the method's launches for these tensors; a tuple of its outputs."},
+    {"apply", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(apply_call)),
+     METH_FASTCALL,
+     "apply(rule, handle, *tensors, op): ``run``, its outputs joined to the autograd graph by "
+     "one node of ``rule``; a tuple."},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -358,9 +435,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                                 std::move(backward)}));
     return static_cast<int64_t>(rules.size() - 1);
   }, "A differentiable operator's autograd rule; its id.");
-  m.def("run", &run, "The method's launches for these tensors; its output tensors.",
-        py::arg("handle"), py::arg("tensors"));
-  m.def("apply", &apply, "``run``, its outputs joined to the autograd graph by one node of "
-        "``rule``.", py::arg("rule"), py::arg("handle"), py::arg("op"), py::arg("inputs"));
+  if (PyModule_AddFunctions(m.ptr(), calls) != 0) throw py::error_already_set();
   m.def("launch_count", [] { return launch_count.load(); }, "Launches made so far.");
 }

@@ -11,9 +11,9 @@ implementations and formulas directly, without the dispatcher's round trips.
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
+from functools import lru_cache, partial
 from types import SimpleNamespace
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -114,7 +114,7 @@ def _method(name: str, op_id: int) -> Method:
     return method
 
 
-def _run(name: str, op_id: int, *tensors: Tensor | None) -> list[Tensor]:
+def _run(name: str, op_id: int, *tensors: Tensor | None) -> Sequence[Tensor]:
     return _method(name, op_id)(*tensors)
 
 
@@ -391,25 +391,30 @@ def _native_rule(name: str) -> tuple[Any, int] | None:
                          list(rule.non_differentiable), backward)
 
 
+def _eager(name: str, op_id: int) -> Callable[..., tuple]:
+    """``name``'s eager call, with ``op_id``'s launches bound: the C++ launcher's ``apply``
+    (which refuses an argument that is not a tensor through the method's checks, naming it),
+    or the Python autograd Function where the launcher could not be built."""
+    native_rule = _native_rule(name)
+    if native_rule is None:
+        return partial(_Eager.apply, _RULES[name])
+    lib, rule_id = native_rule
+    return partial(lib.apply, rule_id, _method(name, op_id).handle)
+
+
 def _differentiable(name: str) -> Callable[..., tuple]:
-    rule, operator = _RULES[name], getattr(torch.ops.pycuda_heads, name)
+    operator = getattr(torch.ops.pycuda_heads, name)
+    bound: dict[int, Callable[..., tuple]] = {}  # op id -> its eager call
 
     def call(*args: Any) -> tuple:
         # a tensor elsewhere than on a GPU takes the dispatcher, whose kernel for it refuses
         # it by name (or runs a test's)
         if torch.compiler.is_compiling() or not getattr(args[0], "is_cuda", False):
             return operator(*args)
-        native_rule = _native_rule(name)
-        if native_rule is None:
-            return _Eager.apply(rule, *args)
-        lib, rule_id = native_rule
-        method = _method(name, args[-1])
-        try:
-            return tuple(lib.apply(rule_id, method.handle, args[-1], args[:-1]))
-        except TypeError:
-            # not tensors: the binding's message names no argument, the checks do
-            method.check(args[:-1])
-            raise
+        eager = bound.get(args[-1])
+        if eager is None:
+            eager = bound.setdefault(args[-1], _eager(name, args[-1]))
+        return eager(*args)
     call.__name__ = name
     call.__doc__ = f"``torch.ops.pycuda_heads.{name}`` (eager: without the dispatcher)."
     return call
