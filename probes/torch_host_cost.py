@@ -7,7 +7,9 @@ host spends issuing them, so the wall time per call is the host's. The torch yar
 median over a few single-kernel eager ops at the same sizes. The yardstick and the cases take
 turns, round by round, so a host whose speed drifts during the probe moves both alike: a
 case's ratio is the median over the rounds of its time per launch over that round's
-yardstick. Writes JSON to the path given.
+yardstick. Beside it, the same ops recording autograd (``ratio_to_torch_op_autograd``): a
+module call records autograd for its parameters, which the goal's yardstick does not.
+Writes JSON to the path given.
 
     source .gpu/env.sh && python probes/torch_host_cost.py OUT.json
 """
@@ -24,7 +26,7 @@ from host_timing import per_call_runs
 from pycuda_heads.records import git_state
 from pycuda_heads.torch.native import native
 
-CALLS, ROUNDS = 2000, 9
+CALLS, ROUNDS = 2000, 15
 NO_GRAD = ("AttentionPool forward, no grad",)
 
 
@@ -39,6 +41,12 @@ def main(out: str) -> None:
     torch_ops = {"add": lambda: torch.add(x, y), "mul": lambda: torch.mul(x, y),
                  "softmax": lambda: torch.softmax(x, -1), "sum": lambda: x.sum(-1),
                  "relu": lambda: torch.relu(x)}
+    # the same ops recording autograd (on a tensor that takes a gradient, as a module's
+    # parameters do): context beside the goal's yardstick, which stays the ops above
+    xg = x.clone().requires_grad_(True)
+    torch_ops_grad = {"add": lambda: torch.add(xg, y), "mul": lambda: torch.mul(xg, y),
+                      "softmax": lambda: torch.softmax(xg, -1), "sum": lambda: xg.sum(-1),
+                      "relu": lambda: torch.relu(xg)}
 
     pool, gate = pht.AttentionPool(5, 128), pht.ResidualGate(5, 128)
     head, loss = pht.FrdHead(128, 128, 5, 21), pht.FrdLoss(5, 21)
@@ -74,7 +82,9 @@ def main(out: str) -> None:
         fn()
     torch.cuda.synchronize()
     ops: dict[str, list[float]] = {name: [] for name in torch_ops}
+    ops_grad: dict[str, list[float]] = {name: [] for name in torch_ops_grad}
     yardstick: list[float] = []
+    yardstick_grad: list[float] = []
     times: dict[str, list[float]] = {name: [] for name in cases}
     for r in range(ROUNDS):  # each round in a rotated order
         names = list(cases)
@@ -84,21 +94,30 @@ def main(out: str) -> None:
         for name, fn in torch_ops.items():
             ops[name].append(per_call_us(fn))
         yardstick.append(statistics.median(ops[name][-1] for name in ops))
+        for name, fn in torch_ops_grad.items():
+            ops_grad[name].append(per_call_us(fn))
+        yardstick_grad.append(statistics.median(ops_grad[name][-1] for name in ops_grad))
     op_us = statistics.median(yardstick)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "cpp_launcher": native() is not None, "calls": CALLS, "rounds": ROUNDS,
               "torch_op_us": round(op_us, 2),
               "torch_ops_us": {k: round(statistics.median(v), 2) for k, v in ops.items()},
+              "torch_op_autograd_us": round(statistics.median(yardstick_grad), 2),
+              "torch_ops_autograd_us": {k: round(statistics.median(v), 2)
+                                        for k, v in ops_grad.items()},
               "cases": []}
     for name, (_, launches) in cases.items():
         us = statistics.median(times[name])
         ratios = [t / launches / y for t, y in zip(times[name], yardstick)]
+        ratios_grad = [t / launches / y for t, y in zip(times[name], yardstick_grad)]
         record["cases"].append({"case": name, "module_call": "backward" not in name,
                                 "us_per_call": round(us, 2), "launches": launches,
                                 "us_per_launch": round(us / launches, 2),
                                 "ratio_to_torch_op": round(statistics.median(ratios), 2),
-                                "ratio_range": [round(min(ratios), 2), round(max(ratios), 2)]})
+                                "ratio_range": [round(min(ratios), 2), round(max(ratios), 2)],
+                                "ratio_to_torch_op_autograd":
+                                    round(statistics.median(ratios_grad), 2)})
     with open(out, "w") as f:
         json.dump(record, f, indent=1)
     print(json.dumps(record, indent=1))
