@@ -3,6 +3,7 @@ default or, where it cannot run (a wide template, a small shared memory), its ne
 point. It is timed, every tuned configuration is compared with it, and a verdict reached
 against another point is reached again."""
 import json
+import signal
 
 import pytest
 
@@ -219,11 +220,13 @@ def test_a_tpe_study_starts_with_the_points_a_sweep_compiles_ahead(tmp_path):
     assert all(task.space.violated(p, task.template, task.launch_env) is None for p in startup)
     assert startup_points(task, trials=3, seed=0) == startup[:3]
     ev = Comparing(fail=(), time_fn=nearest_fastest)
+    # a valid-only sampler's redrawn proposals are FAIL trials that finish nothing
+    finished = lambda: [t for t in study_of(tmp_path, task).trials  # noqa: E731
+                        if t.state != optuna.trial.TrialState.FAIL]
     tune(task, ev, Feasibility(task), out=tmp_path, mode="tpe", trials=6, seed=0)
-    trials = study_of(tmp_path, task).trials
-    assert [t.params for t in trials] == startup[:6]
+    assert [t.params for t in finished()] == startup[:6]
     tune(task, ev, Feasibility(task), out=tmp_path, mode="tpe", trials=12, seed=0)
-    trials = study_of(tmp_path, task).trials
+    trials = finished()
     assert [t.params for t in trials][:STARTUP_TRIALS] == startup and len(trials) == 12
     assert all(t.state in COUNTED for t in trials)
 
@@ -327,3 +330,23 @@ def test_transfer_leads_the_startup_with_the_kernels_entries_at_other_shapes(mon
     assert first_points(task, "tpe-valid", 12, 0, fresh=True) == \
         spaces.startup_points(task, 12, 0, fresh=True)
     assert first_points(task, "random", 12, 0) == [task.baseline]
+
+
+@pytest.mark.parametrize("sampler", ["tpe-valid", "tpe-transfer"])
+def test_a_valid_only_sampler_records_a_queued_point_that_cannot_run(tmp_path, monkeypatch,
+                                                                    sampler):
+    """A queued baseline that breaks a restriction is the caller's point, not a proposal to
+    redraw: it is recorded infeasible and the search ends (it was queued again forever)."""
+    def stuck(*_):
+        raise TimeoutError("the search did not end")
+    monkeypatch.setattr(TuningTask, "baseline", property(lambda self: dict(self.space.default)))
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(60)
+    try:
+        tune(wide_task(), Comparing(fail=(), time_fn=nearest_fastest), Feasibility(wide_task()),
+             out=tmp_path, mode="tpe", trials=4, seed=0, sampler=sampler)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    data = load(tmp_path, wide_task())
+    assert data["default_time_us"] is None and "INFEASIBLE" in data["comparison"]["note"]

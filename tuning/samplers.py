@@ -150,7 +150,7 @@ SAMPLERS = {s.name: s for s in (
                 _tpe, True, transfer=True),
 )}
 #: what the tuner runs unless told otherwise (``--sampler``)
-DEFAULT_SAMPLER = "tpe"
+DEFAULT_SAMPLER = "tpe-transfer"
 
 
 def check_sampler(name: str) -> None:
@@ -180,12 +180,15 @@ def ask(study: optuna.Study, task: TuningTask, name: str) -> tuple[optuna.Trial,
     """The study's next trial and its point. For a ``valid_only`` sampler a proposal that
     breaks a restriction is told FAIL (no finished trial, nothing learnt) and drawn again; after
     MAX_REDRAWS a valid point sharing most knob values with the last one is taken (``closest``,
-    ties drawn with the study's trial count as seed, so a replay draws the same)."""
+    ties drawn with the study's trial count as seed, so a replay draws the same). A queued
+    point is never redrawn: the caller asked for that point (a baseline that cannot run is then
+    recorded infeasible, as any sampler records it, instead of queued again for good)."""
     point: Point = {}
     for _ in range(MAX_REDRAWS if SAMPLERS[name].valid_only else 1):
+        queued = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         trial = study.ask()
         point = suggest(trial, task.space)
-        if not SAMPLERS[name].valid_only or task.space.violated(
+        if queued or not SAMPLERS[name].valid_only or task.space.violated(
                 point, task.template, task.launch_env) is None:
             return trial, point
         study.tell(trial, state=TrialState.FAIL)
