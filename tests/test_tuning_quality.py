@@ -8,7 +8,7 @@ import pytest
 
 optuna = pytest.importorskip(
     "optuna", reason="the tuner needs the tune extra: pip install -e '.[test]'")
-from pycuda_heads.tuning import quality, samplers
+from pycuda_heads.tuning import DEFAULT_SAMPLER, quality
 from pycuda_heads.tuning.cache import TuningCache
 from pycuda_heads.tuning.constraints import Feasibility
 from pycuda_heads.tuning.quality import (Chain, Record, adopt, curves, measure,
@@ -175,7 +175,7 @@ def test_winner_is_the_sampler_within_most_often_at_25_complete_everywhere():
     assert winner([entry(tpe=(1, 99.0, 2), random=(2, 98.0, 2))]) == "random"
     assert winner([entry(tpe=(2, 99.0, 2), random=(2, 98.0, 2))]) == "tpe"
     assert winner([entry(tpe=(1, 99.0, 2), random=(2, 99.5, 1))]) == "tpe"  # censored
-    tuner = samplers.DEFAULT_SAMPLER  # a tie keeps the tuner's sampler
+    tuner = DEFAULT_SAMPLER  # a tie keeps the tuner's sampler
     assert winner([entry(**{tuner: (2, 100.0, 2)}, random=(2, 100.0, 2))]) == tuner
     assert winner([entry(random=(2, 100.0, 2), mixed=(2, 100.0, 2))]) == "mixed"
     assert winner([]) is None
@@ -263,7 +263,7 @@ def test_the_shipped_quality_record_chose_the_tuners_sampler():
     for path in Path(__file__).parents[1].glob(f"reports/*/tuning/{QUALITY_JSON}"):
         chosen = json.loads(path.read_text()).get("winner_at_25")
         if chosen is not None:
-            assert chosen == samplers.DEFAULT_SAMPLER, path
+            assert chosen == DEFAULT_SAMPLER, path
 
 
 def test_records_live_beside_the_caches_but_are_not_caches(tmp_path):

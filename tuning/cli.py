@@ -14,6 +14,8 @@ from typing import Callable
 
 from pycuda_heads import records
 
+from . import DEFAULT_SAMPLER
+
 log = logging.getLogger("pycuda_heads.tuning")
 
 
@@ -141,9 +143,9 @@ def _search_options(p: argparse.ArgumentParser, mode: str) -> None:
     p.add_argument("--trials", type=_positive, default=30,
                    help="trials per study (tpe; default 30)")
     p.add_argument("--seed", type=_seed, default=0)
-    p.add_argument("--sampler", default="tpe",
-                   help="how TPE mode proposes points: tpe (default), random, tpe-valid "
-                        "or mixed (docs/tuning.md compares them)")
+    p.add_argument("--sampler", default=DEFAULT_SAMPLER,
+                   help=f"how TPE mode proposes points (default {DEFAULT_SAMPLER}; "
+                        "docs/tuning.md lists and compares them)")
     p.add_argument("--try", dest="tries", type=_point, action="append", default=[],
                    metavar="JSON",
                    help="a partial point to try first, e.g. '{\"STAGES\": 3}' (repeatable): "

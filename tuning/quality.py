@@ -37,7 +37,8 @@ from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
 
 from .cache import P_VALUE, Evaluation, TuningCache
 from .progress import Bar, Budget, Progress
-from .samplers import DEFAULT_SAMPLER, SAMPLERS, ask, first_points, make
+from . import DEFAULT_SAMPLER
+from .samplers import SAMPLERS, ask, first_points, make
 from .session import Evaluator, Session
 from .spaces import TuningTask, all_points, point_key
 from .storage import cache_path, tuning_dir

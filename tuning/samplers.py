@@ -149,8 +149,6 @@ SAMPLERS = {s.name: s for s in (
                 "at its other shapes that are valid here, the nearest shape first",
                 _tpe, True, transfer=True),
 )}
-#: what the tuner runs unless told otherwise (``--sampler``)
-DEFAULT_SAMPLER = "tpe-transfer"
 
 
 def check_sampler(name: str) -> None:

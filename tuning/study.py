@@ -30,7 +30,8 @@ from . import workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .progress import Bar, Budget, Progress
 from .session import Session
-from .samplers import DEFAULT_SAMPLER, ask, first_points
+from . import DEFAULT_SAMPLER
+from .samplers import ask, first_points
 from .spaces import TuningTask, all_points, distributions, point_key
 from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere
 

@@ -22,7 +22,8 @@ from . import constraints
 from .cache import TuningCache
 from .constraints import Feasibility
 from .progress import Budget, Progress
-from .samplers import DEFAULT_SAMPLER, first_points
+from . import DEFAULT_SAMPLER
+from .samplers import first_points
 from .session import Evaluator
 from .spaces import TuningTask, all_points
 from .storage import cache_path, log_run, tuning_dir

@@ -18,7 +18,8 @@ from .session import Evaluator, Session
 from .spaces import TuningTask, distributions, point_key
 from .storage import cache_path, open_storage, open_study, tuning_dir
 from .workers import Turns
-from .samplers import DEFAULT_SAMPLER, make
+from . import DEFAULT_SAMPLER
+from .samplers import make
 from .study import MODES, prefill, record_exhaustive, remaining, run_tpe
 
 log = logging.getLogger("pycuda_heads.tuning")
