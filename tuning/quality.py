@@ -35,9 +35,9 @@ from pycuda_heads import records
 from pycuda_heads.catalog import SUITE_TEMPLATE
 from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES, Point
 
+from . import DEFAULT_SAMPLER
 from .cache import P_VALUE, Evaluation, TuningCache
 from .progress import Bar, Budget, Progress
-from . import DEFAULT_SAMPLER
 from .samplers import SAMPLERS, ask, first_points, make
 from .session import Evaluator, Session
 from .spaces import TuningTask, all_points, point_key

@@ -26,11 +26,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pycuda_heads.records import pid_alive
 
-from . import workers
+from . import DEFAULT_SAMPLER, workers
 from .cache import ERROR, FAILED_VALIDATION, INFEASIBLE, Evaluation
 from .progress import Bar, Budget, Progress
 from .session import Session
-from . import DEFAULT_SAMPLER
 from .samplers import ask, first_points
 from .spaces import TuningTask, all_points, distributions, point_key
 from .workers import POLL_S, claim, fail_stale, heartbeat, running_elsewhere

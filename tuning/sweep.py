@@ -18,11 +18,10 @@ from optuna.storages import BaseStorage
 from pycuda_heads.core.space import Point
 from pycuda_heads.records import dims_label
 
-from . import constraints
+from . import DEFAULT_SAMPLER, constraints
 from .cache import TuningCache
 from .constraints import Feasibility
 from .progress import Budget, Progress
-from . import DEFAULT_SAMPLER
 from .samplers import first_points
 from .session import Evaluator
 from .spaces import TuningTask, all_points

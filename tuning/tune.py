@@ -12,13 +12,13 @@ from optuna.storages import BaseStorage
 
 from pycuda_heads.core.space import Point
 
+from . import DEFAULT_SAMPLER
 from .cache import ERROR, FAILED_VALIDATION, Evaluation, TuningCache, beats_default
 from .progress import Budget, Progress
 from .session import Evaluator, Session
 from .spaces import TuningTask, distributions, point_key
 from .storage import cache_path, open_storage, open_study, tuning_dir
 from .workers import Turns
-from . import DEFAULT_SAMPLER
 from .samplers import make
 from .study import MODES, prefill, record_exhaustive, remaining, run_tpe
 

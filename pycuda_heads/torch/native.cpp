@@ -354,7 +354,6 @@ variable_list apply(int64_t rule, int64_t handle, int64_t op, const std::vector<
   return outputs;
 }
 
-
 // ---- the entry points: tensors straight from the call's arguments, outputs as a tuple ----
 int64_t integer(PyObject* o) {
   int64_t v = PyLong_AsLongLong(o);
