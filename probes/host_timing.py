@@ -1,6 +1,9 @@
 """The torch probes' timing loop: runs of back-to-back calls (kernels far shorter than the host
-time), each run ended by one synchronisation; the wall time per call of each run."""
+time), each run ended by one synchronisation; the wall time per call of each run. And the GPU
+time of a call's kernels, to tell a host-bound call from one the GPU holds back."""
 import time
+
+import torch
 
 
 def per_call_runs(fn, sync, calls: int, runs: int, warm: int) -> list[float]:
@@ -16,3 +19,24 @@ def per_call_runs(fn, sync, calls: int, runs: int, warm: int) -> list[float]:
         sync()
         out.append((time.perf_counter() - t0) / calls * 1e6)
     return out
+
+
+def gpu_work(fn, steps: int = 20) -> tuple[float, float]:
+    """(GPU time of ``fn``'s kernels per call, kernels per call), from the profiler's kernel
+    records, so a step's wall time can be split into what the GPU needs and what the host
+    adds."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return round(sum(e.device_time for e in kernels) / steps, 2), len(kernels) / steps
+
+
+def gpu_us(fn, steps: int = 20) -> float:
+    """The GPU time of ``fn``'s kernels per call."""
+    return gpu_work(fn, steps)[0]

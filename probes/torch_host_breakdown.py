@@ -18,7 +18,7 @@ import sys
 import torch
 
 import pycuda_heads.torch as pht
-from host_timing import per_call_runs
+from host_timing import gpu_us, per_call_runs
 from pycuda_heads.perf import torch_train
 from pycuda_heads.torch import launch, ops
 from pycuda_heads.torch.native import native
@@ -83,21 +83,6 @@ def compiled_parts(loss_fn, params, inputs) -> dict:
         clear()
     return {"forward": timed(forward, 11), "forward + backward": timed(fwd_bwd, 11),
             "forward + backward + Adam": timed(full, 11)}
-
-
-def gpu_us(fn, steps: int = 20) -> float:
-    """The GPU time of ``fn``'s kernels per call (the profiler's kernel records), so a step's
-    wall time can be split into what the GPU needs and what the host adds."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return round(sum(e.device_time for e in kernels) / steps, 2)
 
 
 def main(out: str) -> None:

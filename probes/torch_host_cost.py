@@ -8,8 +8,11 @@ median over a few single-kernel eager ops at the same sizes. The yardstick and t
 turns, round by round, so a host whose speed drifts during the probe moves both alike: a
 case's ratio is the median over the rounds of its time per launch over that round's
 yardstick. Beside it, the same ops recording autograd (``ratio_to_torch_op_autograd``): a
-module call records autograd for its parameters, which the goal's yardstick does not.
-Writes JSON to the path given.
+module call records autograd for its parameters, which the goal's yardstick does not. Each
+case also gets its kernels' GPU time and count per call (the profiler's records, a check of
+the launches counted by hand): one whose GPU time is within 10% of the wall time per call is
+flagged ``gpu_bound``, its ratio not the host's. Writes JSON to the path
+given.
 
     source .gpu/env.sh && python probes/torch_host_cost.py OUT.json
 """
@@ -22,7 +25,7 @@ import sys
 import torch
 
 import pycuda_heads.torch as pht
-from host_timing import per_call_runs
+from host_timing import gpu_work, per_call_runs
 from pycuda_heads.records import git_state
 from pycuda_heads.torch.native import native
 
@@ -81,6 +84,11 @@ def main(out: str) -> None:
     for fn, _ in cases.values():  # compile every kernel before anything is timed
         fn()
     torch.cuda.synchronize()
+    # a case whose kernels take about as long as the host's call measures the GPU, not the host
+    gpu = {}
+    for name, (fn, _) in cases.items():
+        with torch.set_grad_enabled(name not in NO_GRAD):
+            gpu[name] = gpu_work(fn)
     ops: dict[str, list[float]] = {name: [] for name in torch_ops}
     ops_grad: dict[str, list[float]] = {name: [] for name in torch_ops_grad}
     yardstick: list[float] = []
@@ -117,7 +125,10 @@ def main(out: str) -> None:
                                 "ratio_to_torch_op": round(statistics.median(ratios), 2),
                                 "ratio_range": [round(min(ratios), 2), round(max(ratios), 2)],
                                 "ratio_to_torch_op_autograd":
-                                    round(statistics.median(ratios_grad), 2)})
+                                    round(statistics.median(ratios_grad), 2),
+                                "gpu_us_per_call": gpu[name][0],
+                                "kernels_per_call": gpu[name][1],
+                                "gpu_bound": gpu[name][0] >= 0.9 * us})
     with open(out, "w") as f:
         json.dump(record, f, indent=1)
     print(json.dumps(record, indent=1))
