@@ -1,6 +1,6 @@
-"""The torch probes' timing loop: runs of back-to-back calls (kernels far shorter than the host
-time), each run ended by one synchronisation; the wall time per call of each run. And the GPU
-time of a call's kernels, to tell a host-bound call from one the GPU holds back."""
+"""The torch probes' timing loops: runs of back-to-back calls, each run ended by one
+synchronisation (the wall time per call of each run), or the host's time to issue them alone;
+and the GPU time of a call's kernels, to tell a host-bound call from one the GPU holds back."""
 import time
 
 import torch
@@ -18,6 +18,24 @@ def per_call_runs(fn, sync, calls: int, runs: int, warm: int) -> list[float]:
             fn()
         sync()
         out.append((time.perf_counter() - t0) / calls * 1e6)
+    return out
+
+
+def issue_runs(fn, sync, calls: int, runs: int, warm: int) -> list[float]:
+    """Microseconds of host time per call to issue ``calls`` calls, for each of ``runs`` runs:
+    the GPU is drained before each run and the closing synchronisation is not timed, so with
+    fewer launches per run than the launch queue holds the host never waits on the GPU (a call
+    whose kernels outlast its host time would otherwise time the GPU)."""
+    for _ in range(warm):
+        fn()
+    out = []
+    for _ in range(runs):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    sync()
     return out
 
 
