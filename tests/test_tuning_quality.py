@@ -230,7 +230,7 @@ def test_a_corrupt_quality_record_is_named(tmp_path):
         write_quality(tmp_path, "g", [], replace_all=False)
 
 
-@pytest.mark.parametrize("name", ["random", "tpe-valid", "mixed"])
+@pytest.mark.parametrize("name", ["random", "tpe-valid", "mixed", "tpe-local"])
 def test_a_valid_only_sampler_spends_no_trial_on_a_point_its_restrictions_refuse(name):
     task = TuningTask.from_spec(catalog()["pool.backward"], {"B": 4096, "K": 256}, "G", "g")
     chain = Chain(task, name, 0, 16)
@@ -238,6 +238,26 @@ def test_a_valid_only_sampler_spends_no_trial_on_a_point_its_restrictions_refuse
     assert len(chain.points) == 16
     assert all(task.space.violated(p, task.template, task.launch_env) is None
                for p in chain.points)
+
+
+def test_local_moves_change_one_knob_of_the_best_point_so_far():
+    """tpe-local's every other trial after the startup: one knob of the best point so far
+    changed, a point not tried yet; the same draw on a replay."""
+    from pycuda_heads.tuning.spaces import STARTUP_TRIALS
+    task = TuningTask.from_spec(catalog()["pool.backward"], {"B": 4096, "K": 256}, "G", "g")
+    chain = Chain(task, "tpe-local", 0, 24)
+    chain.advance(lambda p: quality_eval(task, p))
+    times = [quality_eval(task, p).time_us for p in chain.points]
+    moves = 0
+    for i in range(STARTUP_TRIALS + 1, len(chain.points), 2):
+        best = chain.points[min(range(i), key=lambda j: times[j])]
+        changed = [k for k in best if chain.points[i][k] != best[k]]
+        moves += len(changed) == 1
+        assert point_key(chain.points[i]) not in {point_key(q) for q in chain.points[:i]}
+    assert moves >= 5
+    again = Chain(task, "tpe-local", 0, 24)
+    again.advance(lambda p: quality_eval(task, p))
+    assert again.points == chain.points
 
 
 def test_tpe_as_the_tuner_runs_it_spends_trials_on_refused_points():

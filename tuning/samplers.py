@@ -85,18 +85,53 @@ class ValidPoints(BaseSampler):
         return param_distribution.to_external_repr(0)  # only for knobs outside the space
 
 
-class Alternating(BaseSampler):
-    """TPE, with every other trial after its startup a uniform valid point (``ValidPoints``):
-    the reference search exploits what TPE learnt and still covers the space."""
+class LocalMoves(BaseSampler):
+    """A one-knob move from the best point so far: the valid points that differ from it in one
+    knob, not tried yet, in an order fixed by the seed and that point (so a replay draws the
+    same); a uniform valid point (``ValidPoints``) when none is left or nothing finished yet."""
 
     def __init__(self, task: TuningTask, seed: int):
-        self._tpe = TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
-        self._random = ValidPoints(task, seed, salt=":mixed")  # not random's draw
+        self._task = task
+        self._seed = f"{seed}:{task.name}:local"
+        self._fallback = ValidPoints(task, seed, salt=":local")
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial
+                                    ) -> dict[str, BaseDistribution]:
+        return dict(distributions(self._task.space))
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+        if done:
+            best = min(done, key=lambda t: t.value).params
+            points, matrix = _valid(self._task)
+            want = np.array([list(vs).index(best[k])
+                             for k, vs in self._task.space.params.items()])
+            taken = {point_key(t.params) for t in trials if t.state != TrialState.FAIL}
+            moves = [points[i] for i in np.flatnonzero((matrix != want).sum(axis=1) == 1)
+                     if point_key(points[i]) not in taken]
+            if moves:
+                random.Random(f"{self._seed}:{point_key(best)}").shuffle(moves)
+                return dict(moves[0])
+        return self._fallback.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return param_distribution.to_external_repr(0)  # only for knobs outside the space
+
+
+class Alternating(BaseSampler):
+    """TPE, with every other trial after its startup the ``other`` sampler's point: TPE's
+    model and a second way to propose, one trial each."""
+
+    def __init__(self, tpe: TPESampler, other: BaseSampler):
+        self._tpe, self._other = tpe, other
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
                                                            TrialState.PRUNED)))
-        return self._random if done >= STARTUP_TRIALS and done % 2 else self._tpe
+        return self._other if done >= STARTUP_TRIALS and done % 2 else self._tpe
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial
                                     ) -> dict[str, BaseDistribution]:
@@ -131,8 +166,16 @@ class SamplerSpec:
     transfer: bool = False
 
 
-def _tpe(task: TuningTask, seed: int) -> BaseSampler:
+def _tpe(task: TuningTask, seed: int) -> TPESampler:
     return TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
+
+
+def _mixed(task: TuningTask, seed: int) -> BaseSampler:
+    return Alternating(_tpe(task, seed), ValidPoints(task, seed, salt=":mixed"))  # not random's
+
+
+def _local(task: TuningTask, seed: int) -> BaseSampler:
+    return Alternating(_tpe(task, seed), LocalMoves(task, seed))
 
 
 SAMPLERS = {s.name: s for s in (
@@ -144,10 +187,13 @@ SAMPLERS = {s.name: s for s in (
     SamplerSpec("tpe-valid", "as tpe, but a proposal breaking a restriction is redrawn and "
                 "costs no trial", _tpe, True),
     SamplerSpec("mixed", "the reference search: tpe-valid with every other trial a uniform "
-                "valid point", Alternating, True),
+                "valid point", _mixed, True),
     SamplerSpec("tpe-transfer", "as tpe-valid, the startup led by the kernel's tuned entries "
                 "at its other shapes that are valid here, the nearest shape first",
                 _tpe, True, transfer=True),
+    SamplerSpec("tpe-local", "as tpe-transfer, with every other trial after the startup a "
+                "one-knob move from the best point so far (valid, not tried yet)", _local, True,
+                transfer=True),
 )}
 
 
