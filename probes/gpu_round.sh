@@ -15,6 +15,7 @@
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
+#   splitk    the split-K pool prototype (probes/pool_splitk) against the reference and the library
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
 #             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
 #             (default 540)
@@ -118,6 +119,12 @@ if has train; then
     timeout "${TRAIN_S:-110}" pycuda-heads bench --ops "${BENCH_OPS:-torch_train}" --out "$out/train/bench" \
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
+fi
+if has splitk; then
+    mkdir -p "$out/splitk"
+    timeout 300 python probes/pool_splitk/run.py "$out/splitk/pool_splitk.json" \
+        > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
+    pack splitk
 fi
 if has measure; then  # the tuner's quality search, resumable: whatever time the round has left
     mkdir -p "$out/measure"
