@@ -63,18 +63,21 @@ class SplitK:
         attn, ctx = empty((b, H, k)), empty((b, H, D))
         acc, ml = empty((b * split, H, D)), empty((b * split, H, 2))
         grid, block = (split, b, 1), (self.block, 1, 1)
-        self.fns["pool_forward_split"](q_h, ln, attn, acc, ml, np.int32(k),
-                                       np.float32(1 / np.sqrt(D)), grid=grid, block=block)
-        self.fns["pool_forward_combine"](acc, ml, ctx, attn, np.int32(k), grid=grid, block=block)
+        self.fns["pool_forward_split"](q_h.gpudata, ln.gpudata, attn.gpudata, acc.gpudata,
+                                       ml.gpudata, np.int32(k), np.float32(1 / np.sqrt(D)),
+                                       grid=grid, block=block)
+        self.fns["pool_forward_combine"](acc.gpudata, ml.gpudata, ctx.gpudata, attn.gpudata,
+                                         np.int32(k), grid=grid, block=block)
         return ctx, attn
 
     def backward(self, q_h, ln, attn, grad_ctx, ctx, grad_attn, split):
         b, k, _ = ln.shape
         c, grad_ln, scratch = empty((b, H)), empty(tuple(ln.shape)), empty((b * split, H, D))
-        ga_ptr = np.intp(0) if grad_attn is None else grad_attn
-        self.fns["pool_backward_c"](grad_ctx, ctx, attn, ga_ptr, c, np.int32(k),
-                                    grid=(b, 1, 1), block=(32 * H, 1, 1))
-        self.fns["pool_backward_split"](q_h, ln, attn, grad_ctx, ga_ptr, c, grad_ln, scratch,
+        ga_ptr = np.intp(0) if grad_attn is None else grad_attn.gpudata
+        self.fns["pool_backward_c"](grad_ctx.gpudata, ctx.gpudata, attn.gpudata, ga_ptr,
+                                    c.gpudata, np.int32(k), grid=(b, 1, 1), block=(32 * H, 1, 1))
+        self.fns["pool_backward_split"](q_h.gpudata, ln.gpudata, attn.gpudata, grad_ctx.gpudata,
+                                        ga_ptr, c.gpudata, grad_ln.gpudata, scratch.gpudata,
                                         np.int32(k), np.float32(1 / np.sqrt(D)),
                                         grid=(split, b, 1), block=(self.block, 1, 1))
         grad_q = reducer().sum_rows(scratch, b * split, H * D, shape=(H, D))
