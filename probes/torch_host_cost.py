@@ -4,8 +4,9 @@ launch); the forward+backward cases add torch's autograd engine and are there to
 
 Each case's time is the host's alone: the time to issue a run of calls back to back, the GPU
 drained before the run and the closing synchronisation not timed, with fewer launches per run
-than the launch queue holds, so a call whose kernels outlast it (FrdHead's forward runs one
-block of its large-batch tiling at B=2) does not time the GPU. The torch yardstick is the median
+than the launch queue holds, so a call whose kernels outlast it would not time the GPU (at B=2
+FrdHead's forward kernel took 8.25 us in probes/train_step_kernels.json, under its call's host
+time: the check, not a known case). The torch yardstick is the median
 over a few single-kernel eager ops at the same sizes, timed the same way. The yardstick and the
 cases take turns, round by round, so a host whose speed drifts during the probe moves both
 alike: a case's ratio is the median over the rounds of its time per launch over that round's
