@@ -47,11 +47,16 @@ def _valid(task: TuningTask) -> tuple[list[Point], np.ndarray]:
     return _VALID[key]
 
 
-def closest(task: TuningTask, point: Point, rng: random.Random) -> Point:
-    """A valid point sharing most knob values with ``point`` (ties drawn with ``rng``)."""
+def _shared(task: TuningTask, point: Point) -> tuple[list[Point], np.ndarray]:
+    """The valid points, and how many knob values each shares with ``point``."""
     points, matrix = _valid(task)
     want = np.array([list(vs).index(point[k]) for k, vs in task.space.params.items()])
-    shared = (matrix == want).sum(axis=1)
+    return points, (matrix == want).sum(axis=1)
+
+
+def closest(task: TuningTask, point: Point, rng: random.Random) -> Point:
+    """A valid point sharing most knob values with ``point`` (ties drawn with ``rng``)."""
+    points, shared = _shared(task, point)
     return dict(points[rng.choice(np.flatnonzero(shared == shared.max()).tolist())])
 
 
@@ -85,19 +90,14 @@ class ValidPoints(BaseSampler):
         return param_distribution.to_external_repr(0)  # only for knobs outside the space
 
 
-class LocalMoves(BaseSampler):
+class LocalMoves(ValidPoints):
     """A one-knob move from the best point so far: the valid points that differ from it in one
     knob, not tried yet, in an order fixed by the seed and that point (so a replay draws the
     same); a uniform valid point (``ValidPoints``) when none is left or nothing finished yet."""
 
     def __init__(self, task: TuningTask, seed: int):
-        self._task = task
-        self._seed = f"{seed}:{task.name}:local"
-        self._fallback = ValidPoints(task, seed, salt=":local")
-
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial
-                                    ) -> dict[str, BaseDistribution]:
-        return dict(distributions(self._task.space))
+        super().__init__(task, seed, salt=":local")
+        self._moves_seed = f"{seed}:{task.name}:local"
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -105,20 +105,14 @@ class LocalMoves(BaseSampler):
         done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
         if done:
             best = min(done, key=lambda t: t.value).params
-            points, matrix = _valid(self._task)
-            want = np.array([list(vs).index(best[k])
-                             for k, vs in self._task.space.params.items()])
+            points, shared = _shared(self._task, best)
             taken = {point_key(t.params) for t in trials if t.state != TrialState.FAIL}
-            moves = [points[i] for i in np.flatnonzero((matrix != want).sum(axis=1) == 1)
-                     if point_key(points[i]) not in taken]
+            one_off = np.flatnonzero(shared == len(self._task.space.params) - 1)
+            moves = [points[i] for i in one_off if point_key(points[i]) not in taken]
             if moves:
-                random.Random(f"{self._seed}:{point_key(best)}").shuffle(moves)
+                random.Random(f"{self._moves_seed}:{point_key(best)}").shuffle(moves)
                 return dict(moves[0])
-        return self._fallback.sample_relative(study, trial, search_space)
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return param_distribution.to_external_repr(0)  # only for knobs outside the space
+        return super().sample_relative(study, trial, search_space)
 
 
 class Alternating(BaseSampler):
@@ -229,7 +223,8 @@ def ask(study: optuna.Study, task: TuningTask, name: str) -> tuple[optuna.Trial,
     recorded infeasible, as any sampler records it, instead of queued again for good)."""
     point: Point = {}
     for _ in range(MAX_REDRAWS if SAMPLERS[name].valid_only else 1):
-        queued = bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        queued = SAMPLERS[name].valid_only and bool(
+            study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         trial = study.ask()
         point = suggest(trial, task.space)
         if queued or not SAMPLERS[name].valid_only or task.space.violated(
