@@ -1,6 +1,7 @@
 """Host cost of a pycuda_heads.torch module call against one torch eager op, per kernel launch.
 Cases marked ``module_call`` are one module call each (the goal: at most 1.5x a torch op per
-launch); the forward+backward cases add torch's autograd engine and are there to compare.
+launch); the forward+backward cases add torch's autograd engine and are there to compare, beside
+a torch op's own forward+backward through the same engine call.
 
 Each case's time is the host's alone: the time to issue a run of calls back to back, the GPU
 drained before the run and the closing synchronisation not timed, with fewer launches per run
@@ -73,6 +74,11 @@ def main(out: str) -> None:
         out = head(h_t)
         torch.autograd.grad(out, [h_t, *head.parameters()], out)
 
+    # torch's own forward+backward through the same engine call: what the engine costs a torch op
+    def relu_fwd_bwd():
+        out = torch.relu(xg)
+        torch.autograd.grad(out, [xg], out)
+
     # case -> (call, kernel launches a call makes: the library's and torch's own); the no-grad
     # case is timed with grad mode off (as under torch.no_grad), its input made once
     ln_const = ln.detach()
@@ -84,6 +90,7 @@ def main(out: str) -> None:
         "FrdLoss forward (kernel, sum, div)": (lambda: loss(logits, labels), 3),
         "AttentionPool forward+backward (fwd; bwd + reduce)": (pool_fwd_bwd, 3),
         "FrdHead forward+backward (fwd; 2 x (bwd stage + reduce))": (head_fwd_bwd, 5),
+        "torch relu forward+backward (relu; threshold_backward)": (relu_fwd_bwd, 2),
     }
     for fn, _ in cases.values():  # compile every kernel before anything is timed
         fn()
@@ -124,7 +131,8 @@ def main(out: str) -> None:
         us = statistics.median(times[name])
         ratios = [t / launches / y for t, y in zip(times[name], yardstick)]
         ratios_grad = [t / launches / y for t, y in zip(times[name], yardstick_grad)]
-        record["cases"].append({"case": name, "module_call": "backward" not in name,
+        record["cases"].append({"case": name, "module_call": "backward" not in name
+                                and not name.startswith("torch"),
                                 "us_per_call": round(us, 2), "launches": launches,
                                 "us_per_launch": round(us / launches, 2),
                                 "ratio_to_torch_op": round(statistics.median(ratios), 2),
