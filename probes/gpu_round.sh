@@ -6,6 +6,8 @@
 #   abmin     the same A/B by probes/host_cost_min.py (fastest of many runs), $AB_ROUNDS times
 #   sweep     `sweep` of $SWEEP_KERNELS ($SWEEP_TRIALS trials a study, $SWEEP_S seconds), its
 #             best validated points exported into the package's table (what later steps run)
+#   tune      `tune` of each $TUNE_TASKS entry (KERNEL:SHAPE:TEMPLATE, space-separated; $TUNE_TRIALS
+#             trials, $TUNE_S seconds each), the best validated points exported into the table
 #   tests     the GPU tests with their record ($TESTS_K: only those pytest -k selects), beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
@@ -43,6 +45,19 @@ if has sweep; then
     pycuda-heads export --install >> "$out/sweep/sweep.log" 2>&1; echo "rc=$?" >> "$out/sweep/sweep.log"
     cp -r reports/nvidia-h200/tuning pycuda_heads/tuned/nvidia-h200.json "$out/sweep/"
     pack sweep
+fi
+if has tune; then
+    mkdir -p "$out/tune"
+    for task in ${TUNE_TASKS:?}; do
+        IFS=: read -r kernel shape template <<< "$task"
+        timeout $(( ${TUNE_S:-60} + 60 )) pycuda-heads tune --kernel "$kernel" --shape "$shape" \
+            ${template:+--template "$template"} --trials "${TUNE_TRIALS:-30}" \
+            --time-budget "${TUNE_S:-60}" --no-progress >> "$out/tune/tune.log" 2>&1
+        echo "rc=$? ($task)" >> "$out/tune/tune.log"
+    done
+    pycuda-heads export --install >> "$out/tune/tune.log" 2>&1; echo "rc=$?" >> "$out/tune/tune.log"
+    cp -r reports/nvidia-h200/tuning pycuda_heads/tuned/nvidia-h200.json "$out/tune/"
+    pack tune
 fi
 if has ab; then
     mkdir -p "$out/ab"
