@@ -41,7 +41,9 @@ def build_table(reports: Path, slug: str,
     """The table of ``slug`` from its caches; a cache tuned for other sources than the
     installed ones (``installed``) is left out and listed as stale, unless ``shipped`` (the
     installed table's entries) holds its task's entry at the installed sources: one that
-    ``restamp`` carried over, proven to compile as before, which is kept as it is. A kernel
+    ``restamp`` carried over, proven to compile as before, which is kept as it is. That entry
+    is kept too while a re-tune at the installed sources has not compared its best with the
+    default yet (a run cut short), which would otherwise ship the default. A kernel
     ships only with an entry at every one of its ``suite`` shapes: an entry's size range
     reaches to its suite neighbours, so a missing neighbour would stretch it over shapes never
     tuned."""
@@ -51,13 +53,11 @@ def build_table(reports: Path, slug: str,
         c = read_cache(path)
         now = installed(c["kernel"])
         if now is not None and c.get("source_hash") != now:
-            kept = [e for e in shipped if e.get("source_hash") == now
-                    and (e["kernel"], e["template"], e["shape"]) ==
-                    (c["kernel"], c["template"], c["shape"])]
+            kept = _shipped_entries(shipped, c, now)
             if kept:
                 log.info("%s: tuned for other kernel sources; the shipped entry, carried over "
                          "to the installed ones, is kept", path)
-                carried += [dict(e) for e in kept]
+                carried += kept
                 continue
             log.warning("%s: tuned for other kernel sources (%s, installed %s); not exported",
                         path, c.get("source_hash"), now)
@@ -73,10 +73,19 @@ def build_table(reports: Path, slug: str,
         failures += [{"kernel": c["kernel"], "shape": c["shape"], "params": e["params"],
                       "reason": e["reason"]} for e in evals if e["state"] == FAILED_VALIDATION]
         best = c["best"]
-        if best is None or not _finite(best["time_us"]):
+        entry = None if best is None or not _finite(best["time_us"]) \
+            else _entry(c, next(e for e in evals if e["params"] == best["params"]))
+        if entry is None or entry["speedup"] is None:  # a re-tune not finished
+            kept = _shipped_entries(shipped, c, c.get("source_hash"))
+            if kept:
+                log.info("%s %s: its re-tune has not compared a validated best with the "
+                         "default yet; the shipped entry is kept", c["kernel"], c["shape"])
+                carried += kept
+                continue
+        if entry is None:
             missing.append({"kernel": c["kernel"], "template": c["template"], "shape": c["shape"]})
-            continue
-        entries.append(_entry(c, next(e for e in evals if e["params"] == best["params"])))
+        else:
+            entries.append(entry)
     entries += carried
     incomplete = {}
     for kernel in sorted({e["kernel"] for e in entries}):
@@ -149,6 +158,14 @@ def _cache_problem(c: Any) -> str | None:
                                  and any(e["params"] == best.get("params") for e in evals)):
         return "'best' is not one of its evaluations"
     return None
+
+
+def _shipped_entries(shipped: Sequence[Mapping[str, Any]], c: Mapping[str, Any],
+                     source_hash: str | None) -> list[dict[str, Any]]:
+    """The installed table's entries for the task of cache ``c`` at ``source_hash``."""
+    return [dict(e) for e in shipped if e.get("source_hash") == source_hash
+            and (e["kernel"], e["template"], e["shape"]) == (c["kernel"], c["template"],
+                                                              c["shape"])]
 
 
 def _finite(t: Any) -> bool:
