@@ -146,21 +146,22 @@ def test_export_keeps_a_shipped_entry_that_restamp_carried_over(tmp_path, toy, m
 def test_export_keeps_the_shipped_entry_while_its_re_tune_is_unfinished(tmp_path, toy,
                                                                          monkeypatch):
     """A re-tune at the installed sources cut short before its best was compared with the
-    default would ship the default in place of a tuned entry; the shipped entry stays instead,
-    and the finished re-tune replaces it."""
+    default (no comparison, or one on an earlier best) would ship the default in place of a
+    tuned entry; the shipped entry stays instead, and the finished re-tune replaces it."""
     folder, load = toy
     op = load()
     tuned_table(tmp_path, op, monkeypatch)
     shipped = json.loads((tmp_path / "tables" / "toy-gpu.json").read_text())["entries"]
     [cache] = cache_files(tuning_dir(tmp_path, "toy-gpu"))
     finished = json.loads(cache.read_text())
-    unfinished = {**finished, "comparison": None}
-    cache.write_text(json.dumps(unfinished))
     now = op_source_hash(op)
     slower = [{**e, "time_us": 99.0} for e in shipped]  # tells the kept entry from a rebuilt one
-    table = build_table(tmp_path, "toy-gpu", installed=lambda k: now, shipped=slower)
-    assert table["entries"] == slower
-    assert table["provenance"]["entries_kept_from_the_shipped_table"] == 1
+    earlier = {**finished["comparison"], "params": {"BLOCK": 64}}
+    for comparison in (None, earlier):
+        cache.write_text(json.dumps({**finished, "comparison": comparison}))
+        table = build_table(tmp_path, "toy-gpu", installed=lambda k: now, shipped=slower)
+        assert table["entries"] == slower
+        assert table["provenance"]["entries_kept_from_the_shipped_table"] == 1
     # without a shipped entry the unfinished cache gives the default, as before
     assert build_table(tmp_path, "toy-gpu", installed=lambda k: now)["entries"][0]["params"] \
         == {"BLOCK": 128}

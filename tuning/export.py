@@ -75,7 +75,7 @@ def build_table(reports: Path, slug: str,
         best = c["best"]
         entry = None if best is None or not _finite(best["time_us"]) \
             else _entry(c, next(e for e in evals if e["params"] == best["params"]))
-        if entry is None or entry["speedup"] is None:  # a re-tune not finished
+        if entry is None or entry["p_value"] is None:  # a re-tune not finished
             kept = _shipped_entries(shipped, c, c.get("source_hash"))
             if kept:
                 log.info("%s %s: its re-tune has not compared a validated best with the "
@@ -203,8 +203,10 @@ def _entry(c: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     # names no point: it was reached against the default_params written with it
     if cmp.get("default_params", c["default_params"]) != c["default_params"]:
         cmp = {}
+    if cmp.get("params") != best["params"]:  # nor does one on an earlier best of a resumed study
+        cmp = {}
     # decided from p and interval, so verdicts recorded under an older rule follow today's
-    ship = beats_default(cmp) and cmp.get("params") == best["params"]
+    ship = beats_default(cmp)
     default = next((e for e in c["evaluations"] if e["params"] == c["default_params"]), None)
     chosen = best if ship else default
     if chosen is not None and not _finite(chosen["time_us"]):  # a timing from an older tuner
