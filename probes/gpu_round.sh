@@ -31,6 +31,13 @@ steps=" ${STEPS:-ab abmin tests validate stepsan probe whole train} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
+# the best validated points into the package's table (what later steps run); step $1's folder
+# takes the caches and the table, its log $2 the export's output
+export_into() {
+    pycuda-heads export --install >> "$2" 2>&1; echo "rc=$? (export)" >> "$2"
+    cp -r reports/nvidia-h200/tuning pycuda_heads/tuned/nvidia-h200.json "$out/$1/"
+    pack "$1"
+}
 
 if has native; then
     mkdir -p "$out/native"
@@ -43,9 +50,7 @@ if has sweep; then
     timeout $(( ${SWEEP_S:-200} + 60 )) pycuda-heads sweep --kernels "${SWEEP_KERNELS:?}" \
         --trials "${SWEEP_TRIALS:-20}" --time-budget "${SWEEP_S:-200}" --no-progress \
         > "$out/sweep/sweep.log" 2>&1; echo "rc=$?" >> "$out/sweep/sweep.log"
-    pycuda-heads export --install >> "$out/sweep/sweep.log" 2>&1; echo "rc=$?" >> "$out/sweep/sweep.log"
-    cp -r reports/nvidia-h200/tuning pycuda_heads/tuned/nvidia-h200.json "$out/sweep/"
-    pack sweep
+    export_into sweep "$out/sweep/sweep.log"
 fi
 if has tune; then
     mkdir -p "$out/tune"
@@ -56,9 +61,7 @@ if has tune; then
             --time-budget "${TUNE_S:-60}" --no-progress >> "$out/tune/tune.log" 2>&1
         echo "rc=$? ($task)" >> "$out/tune/tune.log"
     done
-    pycuda-heads export --install >> "$out/tune/tune.log" 2>&1; echo "rc=$?" >> "$out/tune/tune.log"
-    cp -r reports/nvidia-h200/tuning pycuda_heads/tuned/nvidia-h200.json "$out/tune/"
-    pack tune
+    export_into tune "$out/tune/tune.log"
 fi
 if has ab; then
     mkdir -p "$out/ab"
