@@ -12,12 +12,17 @@
 //     rows; the backward reads ln once and keeps grad_q_h's partial in registers. See below.
 //   LAYOUT 3: wide heads (N_HORIZONS and HIDDEN_DIM multiples of 4): one block per batch row,
 //     score and context products as FP32 register tiles over shared-memory chunks of keys.
+//   POOL_SPLIT (in place of LAYOUT): split-K's joins (pool_split.cuh). A batch row of K keys
+//     runs as SPLIT virtual rows of K/SPLIT keys through any layout; these kernels combine the
+//     splits' softmaxes after the forward and spread the row's values over them for the backward.
 //   The layouts' files: pool_layout<N>.cuh, their sizes (registers rows, shared-memory regions)
 //   in pool_sizes.cuh, the pieces they share in pool_common.cuh.
 #include "heads_common.cuh"
 #include "pool_sizes.cuh"
 #include "pool_common.cuh"
-#if LAYOUT == 0
+#ifdef POOL_SPLIT
+#include "pool_split.cuh"
+#elif LAYOUT == 0
 #include "pool_layout0.cuh"
 #elif LAYOUT == 1
 #include "pool_layout1.cuh"

@@ -13,6 +13,7 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+#ifndef POOL_SPLIT  // the layouts' pieces; split-K's joins take only the wait
 // Rows k0 .. k0+UNROLL-1 of one batch row's ln (those below K), laid out over the warp by load_row.
 __device__ __forceinline__ void load_keys(const float* __restrict__ lnb, const int k0, const int K,
                                           const int lane, float (*x)[ROW_PER_LANE])
@@ -36,3 +37,4 @@ __device__ __forceinline__ void copy_async(float* dst, const float* src, const b
 }
 
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+#endif

@@ -72,3 +72,8 @@
 #define POOL_FORWARD_FLOATS_L3 (L3_ROWS + L3_CHUNKS + L3_PRODUCTS + 3 * N_HORIZONS)
 #define POOL_BACKWARD_FLOATS_L3 (2 * L3_ROWS + L3_CHUNKS + L3_PRODUCTS + N_HORIZONS * KC \
                                  + N_HORIZONS)
+
+// Split-K (pool_split.cuh): threads a block of its kernels, and the most splits of a row (each
+// joining kernel holds a row's split weights in shared memory).
+#define SPLIT_THREADS 256
+#define SPLIT_MAX 256

@@ -268,3 +268,64 @@ def test_programmatic_dependent_launches_give_the_bits_of_plain_launches(monkeyp
         return pool, [*outs, ln]
 
     assert_pdl_gives_plain_bits(monkeypatch, chain)
+
+
+# --- split-K: long rows in a small batch run as virtual rows, joined by pool_split.cuh ---
+
+_LAYOUTS = {f"layout{n}": {"forward": {"LAYOUT": n}, "backward": {"LAYOUT": n}} for n in (0, 1)}
+
+
+# Launches are checked at the whole row's K, so LAYOUT 0 (its scores in shared memory) runs
+# no K=65536.
+@pytest.mark.parametrize("launch,h,d,b,k", [
+    pytest.param(_LAYOUTS.get(name, {}), *shape, id=f"{name}-{shape[3]}")
+    for name in ("default", "layout0", "layout1")
+    for shape in ((5, 128, 2, 4096), (3, 96, 1, 6000), (1, 30, 1, 65536))
+    if not (name == "layout0" and shape[3] > 8192)])
+@pytest.mark.parametrize("peaked", [False, True])
+def test_split_rows_match_the_reference_with_and_without_grad_attn(launch, h, d, b, k, peaked):
+    """Split rows (16 of 256 keys, 16 of 375, 256 of 256) against float64, grad_attn's shift
+    included; with peaked scores one split holds nearly all of a row's weight (the shift's
+    denominator near zero). Reruns are bitwise; without ctx the backward runs unsplit and
+    agrees."""
+    from pycuda_heads.ops.pool import split_count
+    assert split_count(b, k) > 1
+    rng = np.random.default_rng(k)
+    q = rng.standard_normal((h, d), dtype=F32) * F32(8 if peaked else 1)
+    ln = rng.standard_normal((b, k, d), dtype=F32)
+    gc, ga = rng.standard_normal((b, h, d), dtype=F32), rng.standard_normal((b, h, k), dtype=F32)
+    pool = ph.PerHorizonAttentionPool(h, d, launch=launch)
+    ctx, attn = pool.forward(q, ln)
+    rctx, rattn = ref.pool_forward(q, ln)
+    fctx, fattn = ref.pool_forward(q, ln, dtype=F32)
+    for got, want, f32 in ((ctx, rctx, fctx), (attn, rattn, fattn)):
+        tol = 8 * np.abs(f32 - want).max() + 1e-6 * np.abs(want).max()
+        np.testing.assert_allclose(got.get(), want, rtol=0, atol=tol)
+    again = pool.forward(q, ln)
+    assert again[0].get().tobytes() == ctx.get().tobytes()
+    assert again[1].get().tobytes() == attn.get().tobytes()
+    for grad_attn in (None, ga):
+        rq, rln = ref.pool_backward(q, ln, attn.get(), gc, grad_attn=grad_attn)
+        gq, gln = pool.backward(q, ln, attn, gc, ctx, grad_attn=grad_attn)
+        np.testing.assert_allclose(gq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
+        np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+        gq2, gln2 = pool.backward(q, ln, attn, gc, ctx, grad_attn=grad_attn)
+        assert gq2.get().tobytes() == gq.get().tobytes()
+        assert gln2.get().tobytes() == gln.get().tobytes()
+        uq, uln = pool.backward(q, ln, attn, gc, grad_attn=grad_attn)  # no ctx: unsplit
+        np.testing.assert_allclose(uq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
+        np.testing.assert_allclose(uln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+
+
+def test_split_rows_write_every_output_under_poison():
+    """Inside poisoned_outputs every buffer (the virtual rows' too) starts as NaN: a split
+    output left unwritten would show."""
+    from pycuda_heads.core.arrays import poisoned_outputs
+    rng = np.random.default_rng(3)
+    q, ln = rng.standard_normal((5, 128), dtype=F32), rng.standard_normal((2, 4096, 128), dtype=F32)
+    gc, ga = rng.standard_normal((2, 5, 128), dtype=F32), rng.standard_normal((2, 5, 4096), dtype=F32)
+    pool = ph.PerHorizonAttentionPool(5, 128)
+    with poisoned_outputs():
+        ctx, attn = pool.forward(q, ln)
+        outs = [ctx, attn, *pool.backward(q, ln, attn, gc, ctx, grad_attn=ga)]
+    assert all(np.isfinite(o.get()).all() for o in outs)

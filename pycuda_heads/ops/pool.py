@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..core import device
-from ..core.arrays import Inputs, check_aligned, empty
+from ..core.arrays import Inputs, check_aligned, empty, empty_parts
 from ..core.op import HorizonOp
 from ..core.sizes import HeaderSizes
 from ..core.source import cu_dir
@@ -138,6 +138,25 @@ def _check_keys(k: int) -> None:
         raise ValueError(f"PerHorizonAttentionPool: K must be at most {MAX_K}, got {k}")
 
 
+# Split-K: a row of many keys in a small batch runs as SPLIT virtual rows of K/SPLIT keys (the
+# layouts' grid is one block or team per row, too few blocks for B=64, K=4096), joined by
+# pool_split.cuh. The split doubles while the batch has fewer than SPLIT_ROWS rows, K divides
+# and a virtual row keeps SPLIT_KEYS keys or more: on the H200, B=64, K=4096 ran fwd+bwd in
+# 143.7 us at 16 splits (rows of 256 keys), 155.3 at 32, 177.3 at 64 and 222.1 at 8
+# (reports/nvidia-h200/probes/pool_splitk_virtual.json).
+SPLIT_ROWS, SPLIT_KEYS = 1024, 256
+_SPLIT_THREADS, _SPLIT_MAX = SIZES.value("SPLIT_THREADS", {}), SIZES.value("SPLIT_MAX", {})
+
+
+def split_count(b: int, k: int) -> int:
+    """Virtual rows a batch row of ``k`` keys runs as (1: no split)."""
+    s = 1
+    while (b * s < SPLIT_ROWS and s < _SPLIT_MAX and k % (2 * s) == 0
+           and k // (2 * s) >= SPLIT_KEYS):
+        s *= 2
+    return s
+
+
 def _blocks(p: Mapping[str, Any], b: int) -> int:
     """One block per batch row; in LAYOUT 2 one per TEAMS rows, at most GRID per SM."""
     if p["LAYOUT"] != 2:
@@ -172,7 +191,8 @@ class PerHorizonAttentionPool(HorizonOp):
         self._scale = np.float32(self.scale)
 
     def forward(self, q_h: Any, ln: Any, *, stream: Any = None) -> tuple[Any, Any]:
-        """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``)."""
+        """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``). Long rows in a
+        small batch run split (``split_count``)."""
         (ln, q_h), dims = FORWARD_INPUTS.adapt(self._checked, self.bound, ln, q_h)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
@@ -181,16 +201,30 @@ class PerHorizonAttentionPool(HorizonOp):
             forward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx.gpudata,
-                    attn=attn.gpudata, K=k, scale=self._scale, B=b, shared=plan.shared,
-                    stream=stream)
+        s = split_count(b, k)
+        if s == 1:
+            plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx.gpudata,
+                        attn=attn.gpudata, K=k, scale=self._scale, B=b, shared=plan.shared,
+                        stream=stream)
+            return ctx, attn
+        bv, kv = b * s, k // s
+        ctx_v, attn_v = empty_parts((bv, h, d), (bv, h, kv))
+        plan.kernel((_blocks(plan.params, bv), 1, 1), plan.block, q_h=q_h.gpudata,
+                    ln=ln.gpudata, ctx=ctx_v.gpudata, attn=attn_v.gpudata, K=kv,
+                    scale=self._scale, B=bv, stream=stream,
+                    shared=forward_shared_bytes(plan.params, {**self.template, "K": kv}))
+        self._join("combine")((h, b, 1), (_SPLIT_THREADS, 1, 1), q_h=q_h.gpudata,
+                              ln=ln.gpudata, ctx_v=ctx_v.gpudata, attn_v=attn_v.gpudata,
+                              ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv,
+                              scale=self._scale, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, ctx: Any = None, *,
                  grad_attn: Any = None, stream: Any = None) -> tuple[Any, Any]:
         """grad_q_h[H, D] and grad_ln[B, K, D]; grad_attn[B, H, K] is optional (zero). Given
         the forward's ctx[B, H, D] (positionally or as ``ctx=``), the softmax correction comes
-        from grad_ctx . ctx and ln is read once, not twice."""
+        from grad_ctx . ctx and ln is read once, not twice; long rows in a small batch then
+        run split as in the forward (without ctx they do not: the split needs the row's)."""
         (ln, q_h, attn, grad_ctx, grad_attn, ctx), dims = BACKWARD_INPUTS.adapt(
             self._checked, self.bound, ln, q_h, attn, grad_ctx, grad_attn, ctx)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
@@ -200,17 +234,51 @@ class PerHorizonAttentionPool(HorizonOp):
             backward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx,
                       **({} if ctx is None else {"ctx": ctx}))
-        blocks = plan.grid[0]  # one grad_q_h scratch row each
+        s = 1 if ctx is None else split_count(b, k)
+        grid, shared, bv, kv = plan.grid, plan.shared, b * s, k // s
+        if s > 1:
+            attn, grad_ctx, ctx, grad_attn = self._spread(attn, grad_ctx, ctx, grad_attn, s,
+                                                          kv, stream)
+            grid = (_blocks(plan.params, bv), 1, 1)
+            shared = backward_shared_bytes(plan.params, {**self.template, "K": kv})
+        blocks = grid[0]  # one grad_q_h scratch row each
         grad_ln, scratch = empty((b, k, d)), empty((blocks, h * d))
-        ds = empty((b, h, k)) if plan.params["LAYOUT"] == 1 else None
-        plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, attn=attn.gpudata,
+        ds = empty((bv, h, kv)) if plan.params["LAYOUT"] == 1 else None
+        plan.kernel(grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, attn=attn.gpudata,
                     grad_ctx=grad_ctx.gpudata,
                     grad_attn=_NULL if grad_attn is None else grad_attn.gpudata,
                     ctx=_NULL if ctx is None else ctx.gpudata, grad_ln=grad_ln.gpudata,
                     gq_scratch=scratch.gpudata, ds_scratch=_NULL if ds is None else ds.gpudata,
-                    K=k, scale=self._scale, B=b, shared=plan.shared, stream=stream)
+                    K=kv, scale=self._scale, B=bv, shared=shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
 
+    def _join(self, role: str) -> Any:
+        """Split-K's kernel ``pool_<role>`` (pool.cu with POOL_SPLIT)."""
+        return self.kernel(role, {"POOL_SPLIT": 1})
+
+    def _spread(self, attn: Any, grad_ctx: Any, ctx: Any, grad_attn: Any, s: int, kv: int,
+                stream: Any) -> tuple[Any, Any, Any, Any]:
+        """attn, grad_ctx, ctx and grad_attn on the virtual rows of ``s`` splits of ``kv`` keys;
+        grad_attn shifted per split so that each split's correction is the whole row's."""
+        b, h, _ = attn.shape
+        d, bv = self.hidden_dim, b * s
+        shift = None
+        if grad_attn is not None:
+            shift = empty((b, h, s))
+            self._join("shift")((h, b, 1), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
+                                grad_attn=grad_attn.gpudata, shift=shift.gpudata, S=s, Ks=kv,
+                                stream=stream)
+        attn_v, grad_ctx_v, ctx_v, *grad_attn_v = empty_parts(
+            (bv, h, kv), (bv, h, d), (bv, h, d), *(() if shift is None else ((bv, h, kv),)))
+        self._join("spread")((s, h, b), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
+                             grad_ctx=grad_ctx.gpudata, ctx=ctx.gpudata,
+                             grad_attn=_NULL if shift is None else grad_attn.gpudata,
+                             shift=_NULL if shift is None else shift.gpudata,
+                             attn_v=attn_v.gpudata, grad_ctx_v=grad_ctx_v.gpudata,
+                             ctx_v=ctx_v.gpudata,
+                             grad_attn_v=grad_attn_v[0].gpudata if grad_attn_v else _NULL,
+                             S=s, Ks=kv, stream=stream)
+        return attn_v, grad_ctx_v, ctx_v, grad_attn_v[0] if grad_attn_v else None
 
 
 def torch_forward(torch: Any, q_h: Any, ln: Any) -> tuple[Any, Any]:

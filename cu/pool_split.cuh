@@ -1,0 +1,115 @@
+// Split-K's joins (cu/pool.cu with POOL_SPLIT). Batch row b's K keys run through the layouts as
+// S virtual rows b*S + s of Ks = K/S keys each (ln[B, K, D] is already [B*S, Ks, D] in memory),
+// each with a softmax of its own; virtual arrays are laid out [B*S, N_HORIZONS, ...]. Every
+// sum runs in a fixed order and every output has one writer.
+#define SPLIT_WARPS (SPLIT_THREADS / 32)
+
+// Forward, one block per (h, b). A split's log-sum-exp comes from its largest weight a*:
+// a* = exp(score* - lse), so lse = score* - log(a*), with score* recomputed from q_h and that
+// key's ln row (a* >= 1/Ks, so the log is well conditioned). The splits' weights
+// exp(lse_s - LSE) scale their ctx (summed in split order) and their attention rows.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+pool_combine(const float* __restrict__ q_h, const float* __restrict__ ln,
+             const float* __restrict__ ctx_v, const float* __restrict__ attn_v,
+             float* __restrict__ ctx, float* __restrict__ attn, const int S, const int Ks,
+             const float scale)
+{
+    pdl_wait();
+    __shared__ float w[SPLIT_MAX];
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int s = warp; s < S; s += SPLIT_WARPS) {
+        const float* a = attn_v + ((size_t)(b * S + s) * N_HORIZONS + h) * Ks;
+        float best = -1.f;
+        int at = 0;
+        for (int k = lane; k < Ks; k += 32)
+            if (a[k] > best) { best = a[k]; at = k; }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {  // the largest; of equals, the first key
+            const float ob = __shfl_xor_sync(FULL_MASK, best, o);
+            const int oa = __shfl_xor_sync(FULL_MASK, at, o);
+            if (ob > best || (ob == best && oa < at)) { best = ob; at = oa; }
+        }
+        const float* row = ln + ((size_t)(b * S + s) * Ks + at) * HIDDEN_DIM;
+        float dot = 0.f;
+        for (int d = lane; d < HIDDEN_DIM; d += 32) dot += q_h[h * HIDDEN_DIM + d] * row[d];
+        dot = warp_sum(dot);
+        if (lane == 0) w[s] = scale * dot - logf(best);
+    }
+    __syncthreads();
+    float m = -INFINITY, sum = 0.f;  // every thread the same, in split order
+    for (int s = 0; s < S; ++s) m = fmaxf(m, w[s]);
+    for (int s = 0; s < S; ++s) sum += expf(w[s] - m);
+    __syncthreads();
+    if (threadIdx.x < S) w[threadIdx.x] = expf(w[threadIdx.x] - m) / sum;
+    __syncthreads();
+    for (int d = threadIdx.x; d < HIDDEN_DIM; d += SPLIT_THREADS) {
+        float v = 0.f;
+        for (int s = 0; s < S; ++s)
+            v += w[s] * ctx_v[((size_t)(b * S + s) * N_HORIZONS + h) * HIDDEN_DIM + d];
+        ctx[((size_t)b * N_HORIZONS + h) * HIDDEN_DIM + d] = v;
+    }
+    float* out = attn + ((size_t)b * N_HORIZONS + h) * S * Ks;
+    for (int s = 0; s < S; ++s) {
+        const float* a = attn_v + ((size_t)(b * S + s) * N_HORIZONS + h) * Ks;
+        for (int k = threadIdx.x; k < Ks; k += SPLIT_THREADS) out[(size_t)s * Ks + k] = w[s] * a[k];
+    }
+}
+
+// Backward with grad_attn, one block per (h, b): the shift each split's grad_attn takes so that
+// the layouts' correction over a split's keys alone, grad_ctx . ctx + sum_(k in s) attn *
+// grad_attn, is the whole row's. Shifting a split's grad_attn by delta adds delta * (1 - w_s)
+// to every d of the split (w_s: its share of attn), so delta = -(sum over the other splits'
+// keys of attn * grad_attn) / (their attn): a weighted mean of grad_attn, bounded by it.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+pool_shift(const float* __restrict__ attn, const float* __restrict__ grad_attn,
+           float* __restrict__ shift, const int S, const int Ks)
+{
+    pdl_wait();
+    __shared__ float w[SPLIT_MAX], l[SPLIT_MAX];
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t row = (size_t)b * N_HORIZONS + h;
+    for (int s = warp; s < S; s += SPLIT_WARPS) {
+        const float* a = attn + (row * S + s) * Ks;
+        const float* g = grad_attn + (row * S + s) * Ks;
+        float ws = 0.f, ls = 0.f;
+        for (int k = lane; k < Ks; k += 32) { ws += a[k]; ls += a[k] * g[k]; }
+        ws = warp_sum(ws);
+        ls = warp_sum(ls);
+        if (lane == 0) { w[s] = ws; l[s] = ls; }
+    }
+    __syncthreads();
+    if (threadIdx.x < S) {
+        float num = 0.f, den = 0.f;
+        for (int t = 0; t < S; ++t)
+            if (t != threadIdx.x) { num += l[t]; den += w[t]; }
+        shift[row * S + threadIdx.x] = den > 0.f ? -num / den : 0.f;
+    }
+}
+
+// Backward, one block per (s, h, b): the row's attn (and grad_attn, shifted) at the split's keys
+// and its grad_ctx and ctx, copied to virtual row b*S + s. Given the whole row's ctx, the
+// layouts' correction is the whole row's and every key's gradient is exact.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+pool_spread(const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+            const float* __restrict__ ctx, const float* __restrict__ grad_attn,
+            const float* __restrict__ shift, float* __restrict__ attn_v,
+            float* __restrict__ grad_ctx_v, float* __restrict__ ctx_v,
+            float* __restrict__ grad_attn_v, const int S, const int Ks)
+{
+    pdl_wait();
+    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const size_t row = (size_t)b * N_HORIZONS + h, vrow = ((size_t)b * S + s) * N_HORIZONS + h;
+    const size_t at = (row * S + s) * Ks;
+    for (int k = threadIdx.x; k < Ks; k += SPLIT_THREADS) attn_v[vrow * Ks + k] = attn[at + k];
+    if (grad_attn) {
+        const float delta = shift[row * S + s];
+        for (int k = threadIdx.x; k < Ks; k += SPLIT_THREADS)
+            grad_attn_v[vrow * Ks + k] = grad_attn[at + k] + delta;
+    }
+    for (int d = threadIdx.x; d < HIDDEN_DIM; d += SPLIT_THREADS) {
+        grad_ctx_v[vrow * HIDDEN_DIM + d] = grad_ctx[row * HIDDEN_DIM + d];
+        ctx_v[vrow * HIDDEN_DIM + d] = ctx[row * HIDDEN_DIM + d];
+    }
+}
