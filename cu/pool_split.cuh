@@ -3,6 +3,7 @@
 // each with a softmax of its own; virtual arrays are laid out [B*S, N_HORIZONS, ...]. Every
 // sum runs in a fixed order and every output has one writer.
 #define SPLIT_WARPS (SPLIT_THREADS / 32)
+#define SPLIT_BATCH 8
 
 // Forward, one block per (h, b). A split's log-sum-exp comes from its largest weight a*:
 // a* = exp(score* - lse), so lse = score* - log(a*), with score* recomputed from q_h and that
@@ -22,6 +23,7 @@ pool_combine(const float* __restrict__ q_h, const float* __restrict__ ln,
         const float* a = attn_v + ((size_t)(b * S + s) * N_HORIZONS + h) * Ks;
         float best = -1.f;
         int at = 0;
+#pragma unroll 8
         for (int k = lane; k < Ks; k += 32)
             if (a[k] > best) { best = a[k]; at = k; }
 #pragma unroll
@@ -43,16 +45,38 @@ pool_combine(const float* __restrict__ q_h, const float* __restrict__ ln,
     __syncthreads();
     if (threadIdx.x < S) w[threadIdx.x] = expf(w[threadIdx.x] - m) / sum;
     __syncthreads();
+    // Loads SPLIT_BATCH at a time, so that each thread has that many in flight (a loop of one
+    // dependent load a step waited a memory latency per split); sums stay in split order.
     for (int d = threadIdx.x; d < HIDDEN_DIM; d += SPLIT_THREADS) {
+        const float* c = ctx_v + (size_t)b * S * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM + d;
         float v = 0.f;
-        for (int s = 0; s < S; ++s)
-            v += w[s] * ctx_v[((size_t)(b * S + s) * N_HORIZONS + h) * HIDDEN_DIM + d];
+        for (int s0 = 0; s0 < S; s0 += SPLIT_BATCH) {
+            float x[SPLIT_BATCH];
+#pragma unroll
+            for (int j = 0; j < SPLIT_BATCH; ++j)
+                x[j] = s0 + j < S ? c[(size_t)(s0 + j) * N_HORIZONS * HIDDEN_DIM] : 0.f;
+#pragma unroll
+            for (int j = 0; j < SPLIT_BATCH; ++j)
+                if (s0 + j < S) v += w[s0 + j] * x[j];
+        }
         ctx[((size_t)b * N_HORIZONS + h) * HIDDEN_DIM + d] = v;
     }
-    float* out = attn + ((size_t)b * N_HORIZONS + h) * S * Ks;
-    for (int s = 0; s < S; ++s) {
-        const float* a = attn_v + ((size_t)(b * S + s) * N_HORIZONS + h) * Ks;
-        for (int k = threadIdx.x; k < Ks; k += SPLIT_THREADS) out[(size_t)s * Ks + k] = w[s] * a[k];
+    // attn[b, h, i] for i = s*Ks + k, from virtual row b*S + s
+    const int n = S * Ks;
+    float* out = attn + ((size_t)b * N_HORIZONS + h) * n;
+    for (int i0 = threadIdx.x; i0 < n; i0 += SPLIT_BATCH * SPLIT_THREADS) {
+        float x[SPLIT_BATCH];
+        int sj[SPLIT_BATCH];
+#pragma unroll
+        for (int j = 0; j < SPLIT_BATCH; ++j) {
+            const int i = i0 + j * SPLIT_THREADS;
+            sj[j] = i / Ks;
+            x[j] = i < n ? attn_v[((size_t)(b * S + sj[j]) * N_HORIZONS + h) * Ks + i - sj[j] * Ks]
+                         : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < SPLIT_BATCH; ++j)
+            if (i0 + j * SPLIT_THREADS < n) out[i0 + j * SPLIT_THREADS] = w[sj[j]] * x[j];
     }
 }
 

@@ -15,6 +15,7 @@
 #   breakdown where a PyTorch training step's host time goes, eager and reduce-overhead, and
 #             fused Adam's host time after each implementation's compiled backward
 #   stepsan   TrainStep under compute-sanitizer's four tools (beside the tests)
+#   splitsan  the pool's split-K path under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   splitk    split-K by virtual rows (probes/pool_splitk/virtual.py) against the reference and
@@ -24,7 +25,7 @@
 #             (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
-# then every other family; a family left out keeps its record).
+# then every other family; a family left out keeps its record), $VALIDATE_S seconds each.
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
 steps=" ${STEPS:-ab abmin tests validate stepsan probe whole train} "
@@ -89,7 +90,7 @@ fi
 if has validate; then
     mkdir -p "$out/validate"
     for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam multiadam,headloss}; do
-        timeout 230 pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
+        timeout "${VALIDATE_S:-230}" pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
             --commit "$commit" >> "$out/validate/validate.log" 2>&1
         echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
     done
@@ -103,6 +104,15 @@ if has stepsan; then  # beside the tests too: the sanitizer's time is the host's
         echo "rc=$? ($tool)" >> "$out/stepsan/sanitize.log"
     done
     pack stepsan
+fi
+if has splitsan; then
+    mkdir -p "$out/splitsan"
+    for tool in memcheck racecheck initcheck synccheck; do
+        timeout 150 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 86 \
+            python probes/pool_split_sanitize.py >> "$out/splitsan/sanitize.log" 2>&1
+        echo "rc=$? ($tool)" >> "$out/splitsan/sanitize.log"
+    done
+    pack splitsan
 fi
 wait
 has tests && pack tests
