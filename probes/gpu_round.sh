@@ -18,8 +18,8 @@
 #   splitsan  the pool's split-K path under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   splitk    split-K by virtual rows (probes/pool_splitk/virtual.py) against the reference and
-#             the library; with splitk-proto also the first prototype (run.py)
+#   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
+#             $SPLITK_S seconds
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
 #             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
 #             (default 540)
@@ -151,12 +151,8 @@ if has train; then
 fi
 if has splitk; then
     mkdir -p "$out/splitk"
-    if has splitk-proto; then
-        timeout 300 python probes/pool_splitk/run.py "$out/splitk/pool_splitk.json" \
-            > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
-    fi
-    timeout 200 python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_virtual.json" \
-        >> "$out/splitk/splitk.log" 2>&1; echo "rc=$? (virtual)" >> "$out/splitk/splitk.log"
+    timeout "${SPLITK_S:-200}" python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_rules.json" \
+        > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
     pack splitk
 fi
 if has measure; then  # the tuner's quality search, resumable: whatever time the round has left
