@@ -18,6 +18,7 @@
 #   splitsan  the pool's split-K path under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
+#   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
@@ -148,6 +149,12 @@ if has train; then
     timeout "${TRAIN_S:-110}" pycuda-heads bench --ops "${BENCH_OPS:-torch_train}" --out "$out/train/bench" \
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
+fi
+if has wide; then
+    mkdir -p "$out/wide"
+    timeout "${WIDE_S:-90}" python probes/pool_wide/run.py "$out/wide/pool_wide.json" \
+        > "$out/wide/wide.log" 2>&1; echo "rc=$?" >> "$out/wide/wide.log"
+    pack wide
 fi
 if has splitk; then
     mkdir -p "$out/splitk"
