@@ -33,6 +33,16 @@ steps=" ${STEPS:-ab abmin tests validate stepsan probe whole train} "
 export PYCUDA_HEADS_COMMIT=$commit
 pack() { (cd "$out" && tar czf "$1.tgz" "$1" && rm -rf "$1"); }
 has() { [[ $steps == *" $1 "* ]]; }
+# compute-sanitizer's four tools over script $2, each tool's findings into step $1's log
+sanitize_step() {
+    mkdir -p "$out/$1"
+    for tool in memcheck racecheck initcheck synccheck; do
+        timeout "$3" compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 86 \
+            python "$2" >> "$out/$1/sanitize.log" 2>&1
+        echo "rc=$? ($tool)" >> "$out/$1/sanitize.log"
+    done
+    pack "$1"
+}
 # the best validated points into the package's table (what later steps run); step $1's folder
 # takes the caches and the table, its log $2 the export's output
 export_into() {
@@ -97,24 +107,8 @@ if has validate; then
     done
     pack validate
 fi
-if has stepsan; then  # beside the tests too: the sanitizer's time is the host's
-    mkdir -p "$out/stepsan"
-    for tool in memcheck racecheck initcheck synccheck; do
-        timeout 120 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 86 \
-            python probes/train_step_sanitize.py >> "$out/stepsan/sanitize.log" 2>&1
-        echo "rc=$? ($tool)" >> "$out/stepsan/sanitize.log"
-    done
-    pack stepsan
-fi
-if has splitsan; then
-    mkdir -p "$out/splitsan"
-    for tool in memcheck racecheck initcheck synccheck; do
-        timeout 150 compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 86 \
-            python probes/pool_split_sanitize.py >> "$out/splitsan/sanitize.log" 2>&1
-        echo "rc=$? ($tool)" >> "$out/splitsan/sanitize.log"
-    done
-    pack splitsan
-fi
+has stepsan && sanitize_step stepsan probes/train_step_sanitize.py 120  # beside the tests too
+has splitsan && sanitize_step splitsan probes/pool_split_sanitize.py 150
 wait
 has tests && pack tests
 if has probe; then

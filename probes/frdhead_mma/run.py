@@ -166,7 +166,8 @@ class Kernels:
 
         def build(knobs: dict) -> bytes:  # nvcc runs in a subprocess: threads overlap
             opts = [f"-D{k}={v}" for k, v in {**TEMPLATE, **knobs}.items()]
-            return nvcc_compile(src, options=opts, no_extern_c=True, arch=arch)
+            return nvcc_compile(src, options=opts, no_extern_c=True, arch=arch,
+                                include_dirs=[str(HERE)])  # ../tf32_mma.cuh
 
         with ThreadPoolExecutor(8) as pool:
             cubins = dict(zip(jobs, pool.map(lambda j: build(j[1]), jobs.values())))

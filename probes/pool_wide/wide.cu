@@ -18,80 +18,13 @@
 #define LDP (KC + 8)
 #define MT_S (KC / (16 * WARPS))
 #define MT_C (D / (16 * WARPS))
-#define NT (H / 8)
+#define NH8 (H / 8)    // n8 tiles across the horizons
 #define TPH (NTH / H)  // threads a horizon in the softmax step
 // Shared floats: q [H][LDQ], ln chunk [KC][LDL], p [H][LDP], raw scores [H][KP], m, l, alpha [H]
 // (KP = K rounded up to KC, a run-time size; run.py computes the same total).
 #define WIDE_FLOATS(KP) (H * LDQ + KC * LDL + H * LDP + H * (KP) + 3 * H)
 
-__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
-    big = __float_as_uint(x) & 0xffffe000u;
-    small = __float_as_uint(x - __uint_as_float(big));
-}
-
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4],
-                                         const unsigned (&b)[2]) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// (i, k) and (i, k+1) of an operand; KM: k runs down the rows of the array.
-template <bool KM, int LD>
-__device__ __forceinline__ float2 pair(const float* s, int i, int k) {
-    if (KM) return make_float2(s[k * LD + i], s[(k + 1) * LD + i]);
-    return *reinterpret_cast<const float2*>(s + i * LD + k);
-}
-
-// acc (MT m16 tiles down, NT n8 tiles across) += A[m][k] B[k][n] over k < 8*KS; the k slot
-// t + 4e of a step holds column 2t + e for both operands (a fixed order of the sum).
-template <int MT, int KS, bool KA, int LDA, int LDB>
-__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const float* a, const float* b) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-#pragma unroll 2
-    for (int k0 = 0; k0 < 8 * KS; k0 += 8) {
-        unsigned ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float2 v = pair<KA, LDA>(a, 16 * i + g + 8 * r, k0 + 2 * t);
-                split_tf32(v.x, ab[i][r], as[i][r]);
-                split_tf32(v.y, ab[i][r + 2], as[i][r + 2]);
-            }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const float2 v = pair<false, LDB>(b, 8 * j + g, k0 + 2 * t);
-            split_tf32(v.x, bb[j][0], bs[j][0]);
-            split_tf32(v.y, bb[j][1], bs[j][1]);
-        }
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], as[i], bb[j]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], ab[i], bs[j]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma_tf32(acc[i][j], ab[i], bb[j]);
-    }
-}
-
-// f(m, n, value) for each accumulator; m, n from the warp tile's first row and column
-template <int MT, class F>
-__device__ __forceinline__ void each_acc(float (&acc)[MT][NT][4], F f) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) f(16 * i + g + 8 * (e / 2), 8 * j + 2 * t + e % 2, acc[i][j][e]);
-}
+#include "../tf32_mma.cuh"
 
 template <int W>
 __device__ __forceinline__ float group_reduce(float v, bool is_max) {
@@ -120,13 +53,8 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
     const float* lnb = ln + (size_t)b * K * D;
     for (int e = threadIdx.x; e < H * D; e += NTH) qs[e / D * LDQ + e % D] = q_h[e];
     if (threadIdx.x < H) { m_s[threadIdx.x] = -INFINITY; l_s[threadIdx.x] = 0.f; }
-    float acc[MT_C][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT_C; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    float acc[MT_C][NH8][4];
+    zero_acc(acc);
     for (int c0 = 0; c0 < K; c0 += KC) {
         __syncthreads();  // the last chunk's ln and p are read
         for (int e = threadIdx.x; e < KC * D / 4; e += NTH) {
@@ -140,16 +68,11 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();
         {
-            float sacc[MT_S][NT][4];
-#pragma unroll
-            for (int i = 0; i < MT_S; ++i)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) sacc[i][j][e] = 0.f;
+            float sacc[MT_S][NH8][4];
+            zero_acc(sacc);
             const int r0 = warp * 16 * MT_S;
-            warp_mma<MT_S, D / 8, false, LDL, LDQ>(sacc, ls + r0 * LDL, qs);
-            each_acc<MT_S>(sacc, [&](int m, int n, float v) {
+            warp_mma<MT_S, NH8, D / 8, false, LDL, false, LDQ>(sacc, ls + r0 * LDL, qs);
+            each_acc(sacc, [&](int m, int n, float v) {
                 const int key = c0 + r0 + m;
                 ss[n * kp + key] = key < K ? v * scale : -INFINITY;
             });
@@ -177,13 +100,13 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
             }
         }
         __syncthreads();
-        each_acc<MT_C>(acc, [&](int, int n, float& v) { v *= a_s[n]; });
+        each_acc(acc, [&](int, int n, float& v) { v *= a_s[n]; });
         const int d0 = warp * 16 * MT_C;
-        warp_mma<MT_C, KC / 8, true, LDL, LDP>(acc, ls + d0, ps);
+        warp_mma<MT_C, NH8, KC / 8, true, LDL, false, LDP>(acc, ls + d0, ps);
     }
     __syncthreads();
     const int d0 = warp * 16 * MT_C;
-    each_acc<MT_C>(acc, [&](int m, int n, float v) {
+    each_acc(acc, [&](int m, int n, float v) {
         ctx[((size_t)b * H + n) * D + d0 + m] = v / l_s[n];
     });
     for (int e = threadIdx.x; e < H * K; e += NTH) {
