@@ -3,10 +3,21 @@
 // float32 accuracy as a*b ~ a_small*b_big + a_big*b_small + a_big*b_big.
 #pragma once
 
-// big = x with its low 13 mantissa bits cleared (exactly a tf32 value); small = x - big is exact.
+#ifndef TF32_RN
+#define TF32_RN 0
+#endif
+// TF32_RN 0: big = x with its low 13 mantissa bits cleared (exactly a tf32 value); small =
+// x - big is exact, and the mma drops its low 13 bits (about 2^-20 of x lost a product).
+// TF32_RN 1: big and small both rounded to the nearest tf32 (cvt.rna), about 2^-22.
 __device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
+#if TF32_RN
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    const float rest = x - __uint_as_float(big);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+#else
     big = __float_as_uint(x) & 0xffffe000u;
     small = __float_as_uint(x - __uint_as_float(big));
+#endif
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {

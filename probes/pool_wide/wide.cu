@@ -1,6 +1,7 @@
 // Wide-head pool forward prototype (issue 34: H*D >= 2048), outside the library: run.py compiles
 // it per variant with -D options and checks it against the float64 reference.
-// One block per batch row. Keys arrive in chunks of KC rows of ln (cp.async into shared memory);
+// Blocks loop over batch rows (a grid of B: one row a block). Keys arrive in chunks of KC rows
+// of ln, the next chunk fetched by cp.async while this one is computed;
 // both products run on the tensor cores as 3xTF32 mma.sync m16n8k8 (a*b ~ a_small*b_big +
 // a_big*b_small + a_big*b_big, float32 accumulators), with the horizons as the n dimension so
 // that any N_HORIZONS multiple of 8 fills the tiles:
@@ -20,9 +21,9 @@
 #define MT_C (D / (16 * WARPS))
 #define NH8 (H / 8)    // n8 tiles across the horizons
 #define TPH (NTH / H)  // threads a horizon in the softmax step
-// Shared floats: q [H][LDQ], ln chunk [KC][LDL], p [H][LDP], raw scores [H][KP], m, l, alpha [H]
-// (KP = K rounded up to KC, a run-time size; run.py computes the same total).
-#define WIDE_FLOATS(KP) (H * LDQ + KC * LDL + H * LDP + H * (KP) + 3 * H)
+// Shared floats: q [H][LDQ], two ln chunks [2][KC][LDL], p [H][LDP], raw scores [H][KP], m, l,
+// alpha [H] (KP = K rounded up to KC, a run-time size; run.py computes the same total).
+#define WIDE_FLOATS(KP) (H * LDQ + 2 * KC * LDL + H * LDP + H * (KP) + 3 * H)
 
 #include "../tf32_mma.cuh"
 
@@ -36,36 +37,58 @@ __device__ __forceinline__ float group_reduce(float v, bool is_max) {
     return v;
 }
 
+// ln chunk w of this block's work (its rows blockIdx.x + i*gridDim.x, KC keys a chunk) into
+// buffer buf by cp.async; keys past K are zeros.
+__device__ __forceinline__ void fetch_chunk(float* ls, const float* __restrict__ ln, int w,
+                                            int nck, int K)
+{
+    const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+    const float* src = ln + (size_t)b * K * D;
+    for (int e = threadIdx.x; e < KC * D / 4; e += NTH) {
+        const int r = e / (D / 4), c = e % (D / 4) * 4;
+        const bool ok = c0 + r < K;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(ls + r * LDL + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(dst), "l"(ok ? src + (size_t)(c0 + r) * D + c : src), "r"(ok ? 16 : 0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Each block loops over rows blockIdx.x + i*gridDim.x; with a grid of B blocks it is one row a
+// block. The next chunk (of this row or the block's next) is fetched into the other ln buffer
+// while this one is computed.
 extern "C" __global__ void __launch_bounds__(NTH)
 wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float* __restrict__ ctx,
-             float* __restrict__ attn, const int K, const float scale)
+             float* __restrict__ attn, const int B, const int K, const float scale)
 {
     extern __shared__ __align__(16) float smem[];
-    const int kp = (K + KC - 1) / KC * KC;
+    const int nck = (K + KC - 1) / KC, kp = nck * KC;
     float* qs = smem;
-    float* ls = qs + H * LDQ;
-    float* ps = ls + KC * LDL;
+    float* lbuf = qs + H * LDQ;  // two chunks
+    float* ps = lbuf + 2 * KC * LDL;
     float* ss = ps + H * LDP;
     float* m_s = ss + H * kp;
     float* l_s = m_s + H;
     float* a_s = l_s + H;
-    const int b = blockIdx.x, warp = threadIdx.x / 32;
-    const float* lnb = ln + (size_t)b * K * D;
+    const int warp = threadIdx.x / 32;
+    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
     for (int e = threadIdx.x; e < H * D; e += NTH) qs[e / D * LDQ + e % D] = q_h[e];
-    if (threadIdx.x < H) { m_s[threadIdx.x] = -INFINITY; l_s[threadIdx.x] = 0.f; }
     float acc[MT_C][NH8][4];
-    zero_acc(acc);
-    for (int c0 = 0; c0 < K; c0 += KC) {
-        __syncthreads();  // the last chunk's ln and p are read
-        for (int e = threadIdx.x; e < KC * D / 4; e += NTH) {
-            const int r = e / (D / 4), c = e % (D / 4) * 4;
-            const bool ok = c0 + r < K;
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(ls + r * LDL + c);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                         :: "r"(dst), "l"(ok ? lnb + (size_t)(c0 + r) * D + c : lnb),
-                            "r"(ok ? 16 : 0));
+    if (rows > 0) fetch_chunk(lbuf, ln, 0, nck, K);
+    for (int w = 0; w < rows * nck; ++w) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        float* ls = lbuf + (w & 1) * KC * LDL;
+        __syncthreads();  // the other buffer's chunk (w - 1) is read
+        if (w + 1 < rows * nck) {
+            fetch_chunk(lbuf + ((w + 1) & 1) * KC * LDL, ln, w + 1, nck, K);
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         }
-        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+        if (c0 == 0) {
+            zero_acc(acc);
+            if (threadIdx.x < H) { m_s[threadIdx.x] = -INFINITY; l_s[threadIdx.x] = 0.f; }
+        }
         __syncthreads();
         {
             float sacc[MT_S][NH8][4];
@@ -91,7 +114,6 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
                 sum += p;
             }
             sum = group_reduce<TPH>(sum, false);
-            __syncwarp();
             if (j == 0) {
                 const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
                 a_s[h] = alpha;
@@ -103,14 +125,14 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
         each_acc(acc, [&](int, int n, float& v) { v *= a_s[n]; });
         const int d0 = warp * 16 * MT_C;
         warp_mma<MT_C, NH8, KC / 8, true, LDL, false, LDP>(acc, ls + d0, ps);
-    }
-    __syncthreads();
-    const int d0 = warp * 16 * MT_C;
-    each_acc(acc, [&](int m, int n, float v) {
-        ctx[((size_t)b * H + n) * D + d0 + m] = v / l_s[n];
-    });
-    for (int e = threadIdx.x; e < H * K; e += NTH) {
-        const int h = e / K, k = e % K;
-        attn[(size_t)b * H * K + e] = expf(ss[h * kp + k] - m_s[h]) / l_s[h];
+        if (c0 + KC >= K) {  // the row's last chunk: ctx from the registers, attn from ss
+            each_acc(acc, [&](int m, int n, float v) {
+                ctx[((size_t)b * H + n) * D + d0 + m] = v / l_s[n];
+            });
+            for (int e = threadIdx.x; e < H * K; e += NTH) {
+                const int h = e / K, k = e % K;
+                attn[(size_t)b * H * K + e] = expf(ss[h * kp + k] - m_s[h]) / l_s[h];
+            }
+        }
     }
 }
