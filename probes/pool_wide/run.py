@@ -1,6 +1,7 @@
-"""Wide-head pool forward prototype (wide.cu) against the float64 reference and the library's
-tuned pool forward at the suite's wide shapes and odd ones: max relative error of ctx and attn,
-bitwise reruns, pass or fail by the library's validation tolerance, GPU time beside the library's and the memory floor. Not shipped: it says whether
+"""Wide-head pool prototype (wide.cu) against the float64 reference and the library's tuned pool
+at the suite's wide shapes and odd ones: errors judged by the library's validation tolerance
+(``verify.checks.compare``), bitwise reruns, GPU time beside the library's and the memory floor,
+forward and (N_HORIZONS a multiple of 16) backward given ctx. Not shipped: it says whether
 tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a layout.
 
     source .gpu/env.sh && python probes/pool_wide/run.py OUT.json
@@ -11,6 +12,7 @@ import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pycuda.gpuarray as ga
@@ -18,6 +20,7 @@ import pycuda.gpuarray as ga
 from pycuda_heads import reference as ref
 from pycuda_heads.core import device
 from pycuda_heads.ops.pool import PerHorizonAttentionPool
+from pycuda_heads.ops.reduce import reducer
 from pycuda_heads.perf.bench import CudaHarness
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
@@ -36,80 +39,142 @@ ROUNDING = (0, 1)
 GRIDS = ("rows", "persistent")
 
 
-def floats(h: int, d: int, warps: int, kc: int, k: int) -> int:
+def up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def forward_floats(h: int, d: int, kc: int, k: int) -> int:
     """WIDE_FLOATS of wide.cu."""
-    kp = -(-k // kc) * kc
-    return h * (d + 8) + 2 * kc * (d + 8) + h * (kc + 8) + h * kp + 3 * h
+    return h * (d + 8) + 2 * kc * (d + 8) + h * (kc + 8) + h * up(k, kc) + 3 * h
 
 
-def fits(h: int, d: int, warps: int, kc: int, k: int) -> bool:
+def backward_floats(h: int, d: int, kc: int) -> int:
+    """WIDE_BWD_FLOATS of wide.cu."""
+    return 2 * h * (d + 8) + 2 * kc * (d + 8) + 2 * h * (kc + 8) + h
+
+
+def fits(h: int, d: int, warps: int, kc: int, floats: int, backward: bool) -> bool:
     nth = 32 * warps
-    return (h % 8 == 0 and d % (16 * warps) == 0 and kc % (16 * warps) == 0 and nth % h == 0
-            and nth // h <= 32 and 4 * floats(h, d, warps, kc, k) <= device.max_shared_bytes())
+    rules = (h % 8 == 0 and d % (16 * warps) == 0 and kc % (16 * warps) == 0 and nth % h == 0
+             and nth // h <= 32)
+    if backward:
+        rules = rules and h % 16 == 0 and d % (8 * warps) == 0
+    return rules and 4 * floats <= device.max_shared_bytes()
+
+
+class Variants:
+    """wide.cu's entries, one module per (H, D, WARPS, KC, TF32_RN)."""
+
+    def __init__(self) -> None:
+        self.modules: dict[tuple, Any] = {}
+
+    def get(self, entry: str, h: int, d: int, warps: int, kc: int, rn: int) -> Any:
+        from pycuda.compiler import SourceModule
+        key = (h, d, warps, kc, rn)
+        if key not in self.modules:
+            options = [f"-DN_HORIZONS={h}", f"-DHIDDEN_DIM={d}", f"-DWARPS={warps}",
+                       f"-DKC={kc}", f"-DTF32_RN={rn}", *(["-DBWD=1"] if h % 16 == 0 else [])]
+            with device.thread_context():
+                self.modules[key] = SourceModule((HERE / "wide.cu").read_text(),
+                                                 no_extern_c=True, arch="sm_90",
+                                                 include_dirs=[str(HERE)], options=options)
+        return self.modules[key].get_function(entry)
+
+
+def blocks(fn: Any, shared: int, warps: int, b: int, grid: str) -> int:
+    """B for a row a block, else as many blocks as the SMs hold at once (at most B)."""
+    fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+    per_sm = max(1, min(SM_SHARED // (shared + 1024), 2048 // (32 * warps),
+                        65536 // (32 * warps * max(fn.num_regs, 1))))
+    return b if grid == "rows" else min(b, per_sm * device.sm_count())
+
+
+def point(run: Callable[[], None], outputs: Callable[[], tuple], want: tuple, f32: tuple,
+          names: tuple, **fields: Any) -> dict[str, Any]:
+    """One variant's checks, rerun and time."""
+    run()
+    first = outputs()
+    run()
+    again = outputs()
+    return {**fields,
+            "checks": {n: compare(g, w, f) for n, g, w, f in zip(names, first, want, f32)},
+            "rerun_bitwise": all(a.tobytes() == g.tobytes() for a, g in zip(again, first)),
+            "us": gpu_time_us(run)["median_us"]}
+
+
+def say(pass_: str, shape: tuple, p: dict, library_us: float, floor_us: float) -> None:
+    print(pass_, *shape, p["WARPS"], p["KC"], p["TF32_RN"], p["grid"], "%.1f us" % p["us"],
+          "(library %.1f, floor %.1f)" % (library_us, floor_us),
+          "rel err %.2e" % max(c["max_rel_err"] for c in p["checks"].values()),
+          "passes" if all(c["passed"] for c in p["checks"].values()) else "FAILS",
+          "bitwise" if p["rerun_bitwise"] else "NOT BITWISE", flush=True)
 
 
 def main(out: str) -> None:
-    from pycuda.compiler import SourceModule
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1), "shapes": []}
-    modules = {}
+    variants = Variants()
     for h, d, b, k in SHAPES:
         q = rng.standard_normal((h, d)).astype(np.float32)
         ln = rng.standard_normal((b, k, d)).astype(np.float32)
-        want_ctx, want_attn = ref.pool_forward(q, ln)
-        f32_ctx, f32_attn = ref.pool_forward(q, ln, dtype=np.float32)
-        d_q, d_ln = ga.to_gpu(q), ga.to_gpu(ln)
+        grad_ctx = rng.standard_normal((b, h, d)).astype(np.float32)
+        want_fwd = ref.pool_forward(q, ln)
+        f32_fwd = ref.pool_forward(q, ln, dtype=np.float32)
+        attn, ctx = want_fwd[1].astype(np.float32), want_fwd[0].astype(np.float32)
+        want_bwd = ref.pool_backward(q, ln, attn, grad_ctx)
+        f32_bwd = ref.pool_backward(q, ln, attn, grad_ctx, dtype=np.float32)
+        d_q, d_ln, d_attn, d_ctx, d_g = map(ga.to_gpu, (q, ln, attn, ctx, grad_ctx))
         lib = PerHorizonAttentionPool(h, d)
-        lctx, lattn = lib.forward(d_q, d_ln)
-        entry = {"H": h, "D": d, "B": b, "K": k,
-                 "floor_us": 4 * (b * k * d + b * h * k + b * h * d) / bandwidth / 1e3,
-                 "library": {"params": lib.chosen["forward"]["params"],
-                             "checks": {"ctx": compare(lctx.get(), want_ctx, f32_ctx),
-                                        "attn": compare(lattn.get(), want_attn, f32_attn)},
-                             "forward_us": gpu_time_us(lambda: lib.forward(d_q, d_ln))["median_us"]},
-                 "points": []}
-        for (warps, kc), rn, grid_mode in itertools.product(POINTS, ROUNDING, GRIDS):
-            if not fits(h, d, warps, kc, k):
-                continue
-            key = (h, d, warps, kc, rn)
-            if key not in modules:
-                with device.thread_context():
-                    mod = SourceModule((HERE / "wide.cu").read_text(), no_extern_c=True,
-                                       arch="sm_90", include_dirs=[str(HERE)], options=[
-                                           f"-DN_HORIZONS={h}", f"-DHIDDEN_DIM={d}",
-                                           f"-DWARPS={warps}", f"-DKC={kc}", f"-DTF32_RN={rn}"])
-                modules[key] = mod.get_function("wide_forward")
-            fn, shared = modules[key], 4 * floats(h, d, warps, kc, k)
-            fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-            per_sm = max(1, min(SM_SHARED // (shared + 1024), 2048 // (32 * warps),
-                                65536 // (32 * warps * max(fn.num_regs, 1))))
-            blocks = b if grid_mode == "rows" else min(b, per_sm * device.sm_count())
-            ctx, attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
+        lib.forward(d_q, d_ln)
+        lib.backward(d_q, d_ln, d_attn, d_g, d_ctx)
+        floor = {"forward": 4 * (b * k * d + b * h * k + b * h * d) / bandwidth / 1e3,
+                 "backward": 4 * (2 * b * k * d + b * h * k + 2 * b * h * d) / bandwidth / 1e3}
+        library = {"params": {r: c["params"] for r, c in lib.chosen.items()},
+                   "forward_us": gpu_time_us(lambda: lib.forward(d_q, d_ln))["median_us"],
+                   "backward_us": gpu_time_us(
+                       lambda: lib.backward(d_q, d_ln, d_attn, d_g, d_ctx))["median_us"]}
+        entry = {"H": h, "D": d, "B": b, "K": k, "floor_us": floor, "library": library,
+                 "forward": [], "backward": []}
+        scale = np.float32(1 / np.sqrt(d))
+        for (warps, kc), rn, grid in itertools.product(POINTS, ROUNDING, GRIDS):
+            fields = {"WARPS": warps, "KC": kc, "TF32_RN": rn, "grid": grid}
+            floats = forward_floats(h, d, kc, k)
+            if fits(h, d, warps, kc, floats, False):
+                fn = variants.get("wide_forward", h, d, warps, kc, rn)
+                n = blocks(fn, 4 * floats, warps, b, grid)
+                o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
 
-            def run(ctx=ctx, attn=attn, fn=fn, shared=shared, blocks=blocks, warps=warps):
-                fn(d_q.gpudata, d_ln.gpudata, ctx.gpudata, attn.gpudata, np.int32(b),
-                   np.int32(k), np.float32(1 / np.sqrt(d)), grid=(blocks, 1, 1),
-                   block=(32 * warps, 1, 1), shared=shared)
-            run()
-            first = (ctx.get(), attn.get())
-            run()
-            point = {"WARPS": warps, "KC": kc, "TF32_RN": rn, "grid": grid_mode,
-                     "blocks": blocks, "registers": fn.num_regs, "shared_bytes": shared,
-                     "checks": {"ctx": compare(first[0], want_ctx, f32_ctx),
-                                "attn": compare(first[1], want_attn, f32_attn)},
-                     "rerun_bitwise": bool((ctx.get() == first[0]).all()
-                                           and (attn.get() == first[1]).all()),
-                     "forward_us": gpu_time_us(run)["median_us"]}
-            entry["points"].append(point)
-            print(h, d, b, k, warps, kc, rn, grid_mode, "%.1f us" % point["forward_us"],
-                  "(library %.1f, floor %.1f)" % (entry["library"]["forward_us"], entry["floor_us"]),
-                  "rel err %.2e" % max(c["max_rel_err"] for c in point["checks"].values()),
-                  "passes" if all(c["passed"] for c in point["checks"].values()) else "FAILS",
-                  "(the library's tolerance)", flush=True)
+                def run(fn=fn, n=n, warps=warps, floats=floats, o_ctx=o_ctx, o_attn=o_attn):
+                    fn(d_q.gpudata, d_ln.gpudata, o_ctx.gpudata, o_attn.gpudata, np.int32(b),
+                       np.int32(k), scale, grid=(n, 1, 1), block=(32 * warps, 1, 1),
+                       shared=4 * floats)
+                p = point(run, lambda o_ctx=o_ctx, o_attn=o_attn: (o_ctx.get(), o_attn.get()),
+                          want_fwd, f32_fwd, ("ctx", "attn"), blocks=n, registers=fn.num_regs,
+                          **fields)
+                entry["forward"].append(p)
+                say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
+            floats = backward_floats(h, d, kc)
+            if fits(h, d, warps, kc, floats, True):
+                fn = variants.get("wide_backward", h, d, warps, kc, rn)
+                n = blocks(fn, 4 * floats, warps, b, grid)
+                o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
+                sums = []
+
+                def run(fn=fn, n=n, warps=warps, floats=floats, o_gln=o_gln, scratch=scratch,
+                        sums=sums):
+                    fn(d_q.gpudata, d_ln.gpudata, d_attn.gpudata, d_g.gpudata, d_ctx.gpudata,
+                       o_gln.gpudata, scratch.gpudata, np.int32(b), np.int32(k), scale,
+                       grid=(n, 1, 1), block=(32 * warps, 1, 1), shared=4 * floats)
+                    sums[:] = [reducer().sum_rows(scratch, n, h * d, None, (h, d))]
+                p = point(run, lambda o_gln=o_gln, sums=sums: (sums[0].get(), o_gln.get()),
+                          want_bwd, f32_bwd, ("grad_q_h", "grad_ln"), blocks=n,
+                          registers=fn.num_regs, **fields)
+                entry["backward"].append(p)
+                say("bwd", (h, d, b, k), p, library["backward_us"], floor["backward"])
         record["shapes"].append(entry)
-        Path(out).write_text(json.dumps(record, indent=1))
+        Path(out).write_text(json.dumps(record, indent=1))  # after each shape: a cut run keeps it
 
 
 if __name__ == "__main__":

@@ -136,3 +136,92 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
         }
     }
 }
+
+#ifdef BWD
+// Backward given the forward's ctx (the softmax correction c = grad_ctx . ctx), N_HORIZONS a
+// multiple of 16. Per chunk of KC keys, with G = grad_ctx[b] and A = attn[b] at those keys:
+//   dw^T [KC x H]     = ln_chunk . G^T;  sd = scale * A * (dw - c)     (warps split the keys)
+//   grad_ln [KC x D]  = [A^T | sd^T] . [G ; q]   (one product over 2H; warps split the keys)
+//   grad_q_h [H x D] += sd . ln_chunk           (warps split D; a block's partial in registers
+//                                                over all its rows, one scratch row a block)
+#define LDG (D + 8)
+#define LDW (KC + 8)
+#define MT_L (KC / (16 * WARPS))
+#define NB (D < 128 ? D : 128)   // grad_ln's columns a pass
+#define MT_Q (H / 16)
+#define NT_Q (D / (8 * WARPS))
+// Shared floats: G and q [2H][LDG], two ln chunks [2][KC][LDL], A and sd [2H][LDW], c [H].
+#define WIDE_BWD_FLOATS (2 * H * LDG + 2 * KC * LDL + 2 * H * LDW + H)
+
+extern "C" __global__ void __launch_bounds__(NTH)
+wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
+              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+              const float* __restrict__ ctx, float* __restrict__ grad_ln,
+              float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int nck = (K + KC - 1) / KC;
+    float* gq = smem;
+    float* lbuf = gq + 2 * H * LDG;
+    float* wa = lbuf + 2 * KC * LDL;
+    float* c_s = wa + 2 * H * LDW;
+    const int warp = threadIdx.x / 32;
+    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    for (int e = threadIdx.x; e < H * D; e += NTH) gq[(H + e / D) * LDG + e % D] = q_h[e];
+    float accq[MT_Q][NT_Q][4];
+    zero_acc(accq);
+    if (rows > 0) fetch_chunk(lbuf, ln, 0, nck, K);
+    for (int w = 0; w < rows * nck; ++w) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        float* ls = lbuf + (w & 1) * KC * LDL;
+        __syncthreads();  // the last chunk's products are done with ln, G, A and sd
+        if (w + 1 < rows * nck) {
+            fetch_chunk(lbuf + ((w + 1) & 1) * KC * LDL, ln, w + 1, nck, K);
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        } else {
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        }
+        const size_t row = (size_t)b * H;
+        if (c0 == 0) {  // the row's G, and c = G . ctx per horizon
+            for (int e = threadIdx.x; e < H * D; e += NTH)
+                gq[e / D * LDG + e % D] = grad_ctx[row * D + e];
+            const int h = threadIdx.x / TPH, j = threadIdx.x % TPH;
+            float v = 0.f;
+            for (int d = j; d < D; d += TPH) v += grad_ctx[(row + h) * D + d] * ctx[(row + h) * D + d];
+            v = group_reduce<TPH>(v, false);
+            if (j == 0) c_s[h] = v;
+        }
+        for (int e = threadIdx.x; e < H * KC; e += NTH) {
+            const int h = e / KC, k = e % KC;
+            wa[h * LDW + k] = c0 + k < K ? attn[(row + h) * K + c0 + k] : 0.f;
+        }
+        __syncthreads();
+        {
+            float sacc[MT_S][NH8][4];
+            zero_acc(sacc);
+            const int r0 = warp * 16 * MT_S;
+            warp_mma<MT_S, NH8, D / 8, false, LDL, false, LDG>(sacc, ls + r0 * LDL, gq);
+            each_acc(sacc, [&](int m, int n, float v) {
+                const int key = r0 + m;
+                wa[(H + n) * LDW + key] = scale * wa[n * LDW + key] * (v - c_s[n]);
+            });
+        }
+        __syncthreads();
+        const int r0 = warp * 16 * MT_L;
+        for (int n0 = 0; n0 < D; n0 += NB) {
+            float accl[MT_L][NB / 8][4];
+            zero_acc(accl);
+            warp_mma<MT_L, NB / 8, 2 * H / 8, true, LDW, true, LDG>(accl, wa + r0, gq + n0);
+            each_acc(accl, [&](int m, int n, float v) {
+                const int key = c0 + r0 + m;
+                if (key < K) grad_ln[((size_t)b * K + key) * D + n0 + n] = v;
+            });
+        }
+        warp_mma<MT_Q, NT_Q, KC / 8, false, LDW, true, LDL>(accq, wa + H * LDW,
+                                                            ls + warp * 8 * NT_Q);
+    }
+    each_acc(accq, [&](int m, int n, float v) {
+        gq_scratch[(size_t)blockIdx.x * H * D + m * D + warp * 8 * NT_Q + n] = v;
+    });
+}
+#endif
