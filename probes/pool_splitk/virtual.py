@@ -2,7 +2,8 @@
 rule's two numbers, SPLIT_ROWS (rows the split aims at) and SPLIT_KEYS (fewest keys a virtual
 row keeps), and over a few launch points of the layouts on those rows, at long-sequence shapes:
 GPU time per pass beside the memory floor, error against float64 (pass or fail by the library's
-validation tolerance), bitwise reruns. It says which rule and launches the tuner should search
+validation tolerance), bitwise reruns, and at each split the layouts' passes alone on the
+virtual rows (the rest is the joins'). It says which rule and launches the tuner should search
 (the rule is fixed today).
 
     source .gpu/env.sh && python probes/pool_splitk/virtual.py OUT.json
@@ -13,6 +14,7 @@ import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pycuda.gpuarray as ga
@@ -32,6 +34,21 @@ RULES = tuple(itertools.product((512, 1024, 2048, 4096), (128, 256, 512)))
 LAUNCHES = (None, {"forward": {"GRID": 2}, "backward": {"GRID": 2}},
             {"forward": {"TEAMS": 2, "LANE_ACC": 0}, "backward": {"TEAMS": 2}},
             {"forward": {"STAGES": 6}, "backward": {"STAGES": 6, "GROUP_KEYS": 2}})
+
+
+def layouts_alone(params: dict, q_h: Any, ln: Any, grad_ctx: Any, split: int) -> dict:
+    """The layouts' passes alone on the virtual rows (what is left of the split op's time is the
+    joins'): the same launch on ln viewed as [B*split, K/split, D], a shape that splits no more
+    (its softmax per virtual row: the same work)."""
+    b, k, _ = ln.shape
+    rows = ln.reshape(b * split, k // split, D)
+    grads = ga.to_gpu(np.repeat(grad_ctx.get(), split, axis=0))
+    pool = pool_module.PerHorizonAttentionPool(H, D, launch=params)
+    assert pool_module.split_count(b * split, k // split) == 1
+    ctx, attn = pool.forward(q_h, rows)
+    return {"forward": gpu_time_us(lambda: pool.forward(q_h, rows))["median_us"],
+            "backward": gpu_time_us(
+                lambda: pool.backward(q_h, rows, attn, grads, ctx))["median_us"]}
 
 
 def main(out: str) -> None:
@@ -70,6 +87,8 @@ def main(out: str) -> None:
                      "forward_us": gpu_time_us(lambda: pool.forward(d_q, d_ln))["median_us"],
                      "backward_us": gpu_time_us(
                          lambda: pool.backward(d_q, d_ln, attn, d_g, ctx))["median_us"]}
+            if split > 1:
+                point["layouts_us"] = layouts_alone(point["params"], d_q, d_ln, d_g, split)
             entry["points"].append(point)
             total = point["forward_us"] + point["backward_us"]
             print(b, k, split, launch, round(point["forward_us"], 1),
