@@ -48,10 +48,11 @@ def test_pool_forward_and_gradients_match_torch():
     assert close(ctx, ctx2) and close(attn, attn2) and close(gq, gq2) and close(gln, gln2)
 
 
+@pytest.mark.parametrize("b,k", [(3, 33), (2, 4096)])  # (2, 4096): rows split in 16
 @pytest.mark.parametrize("through", ["ctx", "attn", "both"])
-def test_pool_gradients_through_either_output_match_torch(through):
+def test_pool_gradients_through_either_output_match_torch(through, b, k):
     pool = pht.AttentionPool(5, 128)
-    (ln,) = leaves((3, 33, 128), seed=5)
+    (ln,) = leaves((b, k, 128), seed=5)
     q = pool.q_h.detach().clone().requires_grad_(True)
     ln2 = ln.detach().clone().requires_grad_(True)
     outputs, wanted = pool(ln), reference_pool(q, ln2)
