@@ -49,6 +49,38 @@ def test_a_comment_is_not_code_and_an_instruction_is(tmp_path, monkeypatch):
     assert other["ptx"] != base["ptx"] and other["cubin"] != base["cubin"]
 
 
+@needs_nvcc
+def test_a_difference_is_compiled_again_before_it_counts(tmp_path, monkeypatch):
+    """A wrong cached digest (one was found beside a variant whose compile is deterministic)
+    must not make a proof fail: fresh=True compiles again and overwrites it."""
+    monkeypatch.setenv("PYCUDA_HEADS_CACHE", str(tmp_path))
+    source = TOY.replace("OP", "2.f * x[i]")
+    right = compile_digests(source)
+    (entry,) = (tmp_path / "identity").glob("*.json")
+    entry.write_text(json.dumps({"ptx": "stale", "cubin": "stale"}))
+    assert compile_digests(source)["ptx"] == "stale"
+    assert compile_digests(source, fresh=True) == right == compile_digests(source)
+
+
+def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monkeypatch):
+    from pycuda_heads.verify import identity
+    todo = [{"kernel": "pool.forward", "template": {}, "params": {}, "origin": "default"}]
+    renders = {None: "head", "base": "base"}
+    monkeypatch.setattr(identity, "_revision", lambda root, rev: rev)
+    monkeypatch.setattr(identity, "variants", lambda family, sample: todo)
+    monkeypatch.setattr(identity, "render_at", lambda rev, todo, root: [
+        {"source": renders[rev], "host": {}, "source_hash": renders[rev]}])
+    compiled = []
+
+    def digests(source, fresh=False):
+        compiled.append((source, fresh))
+        return {"ptx": "stale" if (source, fresh) == ("head", False) else "p", "cubin": "c"}
+    monkeypatch.setattr(identity, "compile_digests", digests)
+    proof = identity.prove("pool", "base", root=ROOT)
+    assert proof["all_equal"] and sorted(compiled) == [("base", False), ("base", True),
+                                                       ("head", False), ("head", True)]
+
+
 def test_the_variants_hold_every_shipped_entry_and_every_layout():
     todo = variants("pool", sample=4)
     keys = {json.dumps([v["kernel"], v["template"], v["params"]], sort_keys=True) for v in todo}
