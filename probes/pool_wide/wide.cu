@@ -54,6 +54,31 @@ __device__ __forceinline__ void fetch_chunk(float* ls, const float* __restrict__
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// The warp's keys of the chunk ls against the N_HORIZONS rows of b ([H][LDB]):
+// f(key in the chunk, h, ln[key] . b[h]) for each.
+template <int LDB, class F>
+__device__ __forceinline__ void keys_by_horizons(const float* ls, const float* b, F f)
+{
+    float sacc[MT_S][NH8][4];
+    zero_acc(sacc);
+    const int r0 = threadIdx.x / 32 * 16 * MT_S;
+    warp_mma<MT_S, NH8, D / 8, false, LDL, false, LDB>(sacc, ls + r0 * LDL, b);
+    each_acc(sacc, [&](int m, int n, float v) { f(r0 + m, n, v); });
+}
+
+// Chunk w + 1 into the other buffer, if there is one, then wait for chunk w (this thread's
+// copies; a barrier after makes every thread's visible).
+__device__ __forceinline__ void next_chunk(float* lbuf, const float* __restrict__ ln, int w,
+                                           int total, int nck, int K)
+{
+    if (w + 1 < total) {
+        fetch_chunk(lbuf + ((w + 1) & 1) * KC * LDL, ln, w + 1, nck, K);
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    }
+}
+
 // Each block loops over rows blockIdx.x + i*gridDim.x; with a grid of B blocks it is one row a
 // block. The next chunk (of this row or the block's next) is fetched into the other ln buffer
 // while this one is computed.
@@ -79,27 +104,15 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
         const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
         float* ls = lbuf + (w & 1) * KC * LDL;
         __syncthreads();  // the other buffer's chunk (w - 1) is read
-        if (w + 1 < rows * nck) {
-            fetch_chunk(lbuf + ((w + 1) & 1) * KC * LDL, ln, w + 1, nck, K);
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        }
+        next_chunk(lbuf, ln, w, rows * nck, nck, K);
         if (c0 == 0) {
             zero_acc(acc);
             if (threadIdx.x < H) { m_s[threadIdx.x] = -INFINITY; l_s[threadIdx.x] = 0.f; }
         }
         __syncthreads();
-        {
-            float sacc[MT_S][NH8][4];
-            zero_acc(sacc);
-            const int r0 = warp * 16 * MT_S;
-            warp_mma<MT_S, NH8, D / 8, false, LDL, false, LDQ>(sacc, ls + r0 * LDL, qs);
-            each_acc(sacc, [&](int m, int n, float v) {
-                const int key = c0 + r0 + m;
-                ss[n * kp + key] = key < K ? v * scale : -INFINITY;
-            });
-        }
+        keys_by_horizons<LDQ>(ls, qs, [&](int key, int n, float v) {
+            ss[n * kp + c0 + key] = c0 + key < K ? v * scale : -INFINITY;
+        });
         __syncthreads();
         {   // online softmax, TPH threads a horizon: p for the chunk, the rescale of ctx
             const int h = threadIdx.x / TPH, j = threadIdx.x % TPH;
@@ -175,12 +188,7 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
         const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
         float* ls = lbuf + (w & 1) * KC * LDL;
         __syncthreads();  // the last chunk's products are done with ln, G, A and sd
-        if (w + 1 < rows * nck) {
-            fetch_chunk(lbuf + ((w + 1) & 1) * KC * LDL, ln, w + 1, nck, K);
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        }
+        next_chunk(lbuf, ln, w, rows * nck, nck, K);
         const size_t row = (size_t)b * H;
         if (c0 == 0) {  // the row's G, and c = G . ctx per horizon
             for (int e = threadIdx.x; e < H * D; e += NTH)
@@ -196,16 +204,9 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
             wa[h * LDW + k] = c0 + k < K ? attn[(row + h) * K + c0 + k] : 0.f;
         }
         __syncthreads();
-        {
-            float sacc[MT_S][NH8][4];
-            zero_acc(sacc);
-            const int r0 = warp * 16 * MT_S;
-            warp_mma<MT_S, NH8, D / 8, false, LDL, false, LDG>(sacc, ls + r0 * LDL, gq);
-            each_acc(sacc, [&](int m, int n, float v) {
-                const int key = r0 + m;
-                wa[(H + n) * LDW + key] = scale * wa[n * LDW + key] * (v - c_s[n]);
-            });
-        }
+        keys_by_horizons<LDG>(ls, gq, [&](int key, int n, float v) {
+            wa[(H + n) * LDW + key] = scale * wa[n * LDW + key] * (v - c_s[n]);
+        });
         __syncthreads();
         const int r0 = warp * 16 * MT_L;
         for (int n0 = 0; n0 < D; n0 += NB) {
