@@ -16,9 +16,9 @@ from pycuda_heads.ops.pool import split_count
 
 # (N_HORIZONS, HIDDEN_DIM, B, K, launch): 16 splits of 256 keys, and of 375 (not a multiple
 # of 4); LAYOUT 3 needs N_HORIZONS % 4 == 0
-CASES = [(5, 128, 2, 4096, None), (5, 128, 2, 4096, {"LAYOUT": 0}), (5, 128, 2, 4096, {"LAYOUT": 1}),
-         (5, 128, 2, 4096, {"LAYOUT": 2, "TEAMS": 2}), (4, 128, 2, 4096, {"LAYOUT": 3}),
-         (3, 96, 1, 6000, None)]
+CASES = [(5, 128, 2, 4096, None), (5, 128, 2, 4096, {"LAYOUT": 0}),
+         (5, 128, 2, 4096, {"LAYOUT": 1}), (5, 128, 2, 4096, {"LAYOUT": 2, "TEAMS": 2}),
+         (4, 128, 2, 4096, {"LAYOUT": 3}), (3, 96, 1, 6000, None)]
 
 
 def main() -> int:

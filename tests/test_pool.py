@@ -323,7 +323,8 @@ def test_split_rows_write_every_output_under_poison():
     from pycuda_heads.core.arrays import poisoned_outputs
     rng = np.random.default_rng(3)
     q, ln = rng.standard_normal((5, 128), dtype=F32), rng.standard_normal((2, 4096, 128), dtype=F32)
-    gc, ga = rng.standard_normal((2, 5, 128), dtype=F32), rng.standard_normal((2, 5, 4096), dtype=F32)
+    gc = rng.standard_normal((2, 5, 128), dtype=F32)
+    ga = rng.standard_normal((2, 5, 4096), dtype=F32)
     pool = ph.PerHorizonAttentionPool(5, 128)
     with poisoned_outputs():
         ctx, attn = pool.forward(q, ln)

@@ -13,7 +13,8 @@ from pycuda_heads.ops.pool import SPLIT_KEYS, SPLIT_ROWS, split_count
 
 def test_only_long_rows_in_small_batches_split():
     spec = catalog()["pool.forward"]
-    split = {(s["B"], s["K"]) for _, s in spec.suite_points(SUITE_TEMPLATE) if split_count(s["B"], s["K"]) > 1}
+    split = {(s["B"], s["K"]) for _, s in spec.suite_points(SUITE_TEMPLATE)
+             if split_count(s["B"], s["K"]) > 1}
     assert split == {(64, 4096)}
     assert split_count(64, 4096) == 16 and split_count(2, 65536) == 256
     for b, k in ((1, 65536), (3, 6000), (7, 4096), (1000, 1 << 16), (1, 257), (2, 1024)):
@@ -28,7 +29,8 @@ def _layouts_backward(q, ln, attn, gc, ctx, ga):
     c = (gc * ctx).sum(-1) + (0 if ga is None else (attn * ga).sum(-1))
     ds = attn * (dw - c[..., None])
     scale = 1 / np.sqrt(q.shape[1])
-    return scale * (ds @ ln).sum(0), attn.transpose(0, 2, 1) @ gc + scale * ds.transpose(0, 2, 1) @ q
+    grad_ln = attn.transpose(0, 2, 1) @ gc + scale * ds.transpose(0, 2, 1) @ q
+    return scale * (ds @ ln).sum(0), grad_ln
 
 
 def _joined(q, ln, gc, ga, s):

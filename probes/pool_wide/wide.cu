@@ -26,16 +26,7 @@
 #define WIDE_FLOATS(KP) (H * LDQ + 2 * KC * LDL + H * LDP + H * (KP) + 3 * H)
 
 #include "../tf32_mma.cuh"
-
-template <int W>
-__device__ __forceinline__ float group_reduce(float v, bool is_max) {
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        const float x = __shfl_xor_sync(0xffffffffu, v, o);
-        v = is_max ? fmaxf(v, x) : v + x;
-    }
-    return v;
-}
+#include "../../cu/heads_common.cuh"  // group_sum, group_max
 
 // ln chunk w of this block's work (its rows blockIdx.x + i*gridDim.x, KC keys a chunk) into
 // buffer buf by cp.async; keys past K are zeros.
@@ -118,7 +109,7 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
             const int h = threadIdx.x / TPH, j = threadIdx.x % TPH;
             float mx = -INFINITY;
             for (int k = j; k < KC; k += TPH) mx = fmaxf(mx, ss[h * kp + c0 + k]);
-            mx = group_reduce<TPH>(mx, true);
+            mx = group_max<TPH>(mx);
             const float m_old = m_s[h], m_new = fmaxf(m_old, mx);
             float sum = 0.f;
             for (int k = j; k < KC; k += TPH) {
@@ -126,7 +117,7 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
                 ps[h * LDP + k] = p;
                 sum += p;
             }
-            sum = group_reduce<TPH>(sum, false);
+            sum = group_sum<TPH>(sum);
             if (j == 0) {
                 const float alpha = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
                 a_s[h] = alpha;
@@ -195,8 +186,9 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 gq[e / D * LDG + e % D] = grad_ctx[row * D + e];
             const int h = threadIdx.x / TPH, j = threadIdx.x % TPH;
             float v = 0.f;
-            for (int d = j; d < D; d += TPH) v += grad_ctx[(row + h) * D + d] * ctx[(row + h) * D + d];
-            v = group_reduce<TPH>(v, false);
+            for (int d = j; d < D; d += TPH)
+                v += grad_ctx[(row + h) * D + d] * ctx[(row + h) * D + d];
+            v = group_sum<TPH>(v);
             if (j == 0) c_s[h] = v;
         }
         for (int e = threadIdx.x; e < H * KC; e += NTH) {

@@ -7,9 +7,10 @@ of its tuned entries over to the new source hash: the ``pycuda-heads identity`` 
 the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares them:
 the PTX with its comment lines dropped, the cubin byte for byte, and the host side (shared-memory
 bytes and whether the launch restrictions hold) at a few shapes. Digests are cached; a variant
-whose two sides differ is compiled again on both sides, past the cache, before it counts. The variants are every tuned
-entry of the family shipped in the tables, the space defaults at every suite template and a
-seeded sample of other space points, each layout among them. The proof is a JSON file.
+whose two sides differ is compiled again on both sides, past the cache, before it counts. The
+variants are every tuned entry of the family shipped in the tables, the space defaults at every
+suite template and a seeded sample of other space points, each layout among them. The proof is
+a JSON file.
 
 ``restamp FAMILY --proof FILE`` then rewrites the ``source_hash`` of the family's shipped tuned
 entries from the proof's base hash to the installed one, and nothing else; it refuses unless the
