@@ -196,23 +196,19 @@ class PerHorizonAttentionPool(HorizonOp):
         (ln, q_h), dims = FORWARD_INPUTS.adapt(self._checked, self.bound, ln, q_h)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
+        s = split_count(b, k)
+        bv, kv = b * s, k // s  # the virtual rows the layout runs
         plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
-            (_blocks(p, b), 1, 1), (p["BLOCK"], 1, 1),
-            forward_shared_bytes(p, {**self.template, "K": k})))
+            (_blocks(p, bv), 1, 1), (p["BLOCK"], 1, 1),
+            forward_shared_bytes(p, {**self.template, "K": kv})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        s = split_count(b, k)
+        ctx_v, attn_v = (ctx, attn) if s == 1 else empty_parts((bv, h, d), (bv, h, kv))
+        plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx_v.gpudata,
+                    attn=attn_v.gpudata, K=kv, scale=self._scale, B=bv, shared=plan.shared,
+                    stream=stream)
         if s == 1:
-            plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx.gpudata,
-                        attn=attn.gpudata, K=k, scale=self._scale, B=b, shared=plan.shared,
-                        stream=stream)
             return ctx, attn
-        bv, kv = b * s, k // s
-        ctx_v, attn_v = empty_parts((bv, h, d), (bv, h, kv))
-        plan.kernel((_blocks(plan.params, bv), 1, 1), plan.block, q_h=q_h.gpudata,
-                    ln=ln.gpudata, ctx=ctx_v.gpudata, attn=attn_v.gpudata, K=kv,
-                    scale=self._scale, B=bv, stream=stream,
-                    shared=forward_shared_bytes(plan.params, {**self.template, "K": kv}))
         self._join("combine")((h, b, 1), (_SPLIT_THREADS, 1, 1), q_h=q_h.gpudata,
                               ln=ln.gpudata, ctx_v=ctx_v.gpudata, attn_v=attn_v.gpudata,
                               ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv,
