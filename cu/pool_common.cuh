@@ -1,4 +1,5 @@
-// The pool's pieces shared by its layouts: the launch wait, row loads and asynchronous copies.
+// The pool's pieces shared by its layouts: the launch wait, the entry points' parameter lists,
+// row loads, the warp-per-key loop and asynchronous copies.
 #define LOG2E 1.4426950408889634f
 
 // Programmatic dependent launch (sm_90 on; the host launches this family with it where it can):
@@ -14,6 +15,17 @@ __device__ __forceinline__ void pdl_wait()
 }
 
 #ifndef POOL_SPLIT  // the layouts' pieces; split-K's joins take only the wait
+// The entry points' parameters, the same in every layout: the host launches them all alike.
+#define POOL_FORWARD_PARAMS                                                                   \
+    const float* __restrict__ q_h, const float* __restrict__ ln, float* __restrict__ ctx,     \
+        float* __restrict__ attn, const int K, const float scale, const int B
+#define POOL_BACKWARD_PARAMS                                                                  \
+    const float* __restrict__ q_h, const float* __restrict__ ln, const float* __restrict__ attn, \
+        const float* __restrict__ grad_ctx, const float* __restrict__ grad_attn,              \
+        const float* __restrict__ ctx, float* __restrict__ grad_ln,                           \
+        float* __restrict__ gq_scratch, float* __restrict__ ds_scratch, const int K,          \
+        const float scale, const int B
+
 // Rows k0 .. k0+UNROLL-1 of one batch row's ln (those below K), laid out over the warp by load_row.
 __device__ __forceinline__ void load_keys(const float* __restrict__ lnb, const int k0, const int K,
                                           const int lane, float (*x)[ROW_PER_LANE])
@@ -22,6 +34,16 @@ __device__ __forceinline__ void load_keys(const float* __restrict__ lnb, const i
     for (int u = 0; u < UNROLL; ++u)
         if (k0 + u < K) load_row(lnb + (size_t)(k0 + u) * HIDDEN_DIM, lane, x[u]);
 }
+
+// Warp per key (LAYOUT 0 and 1), while `on`: the statement after FOR_WARP_KEYS(on) runs for each
+// of the warp's keys k0 + u below K (k0 = warp*UNROLL + i*NWARPS*UNROLL, u < UNROLL), x[u] its
+// row of lnb, loaded UNROLL rows at a time; warp, lane, K and lnb are the kernel's. A macro: as a
+// helper taking the body as a lambda, the kernels compiled to other code.
+#define FOR_WARP_KEYS(on)                                                              \
+    for (int k0 = warp * UNROLL; (on) && k0 < K; k0 += NWARPS * UNROLL)                \
+        if (float x[UNROLL][ROW_PER_LANE]; load_keys(lnb, k0, K, lane, x), true)       \
+            _Pragma("unroll") for (int u = 0; u < UNROLL; ++u)                         \
+                if (k0 + u < K)
 
 // BYTES from global src to shared dst, asynchronously; valid == false writes zeros.
 template <int BYTES>

@@ -6,19 +6,12 @@
 //   s     [N_HORIZONS * K]                    scaled scores, normalised into attn at the end
 //   wm,wl [NWARPS * N_HORIZONS] each          per-warp running max / running sum
 //   fm,fl [N_HORIZONS] each                   merged max / sum
-extern "C" __global__ void __launch_bounds__(BLOCK)
-pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
-             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
-             const int B)
+extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ float smem[];
-    float* wacc = smem;
-    float* s = wacc + L0_WARP_ROWS;
-    float* wm = s + L0_SCORES;
-    float* wl = wm + L0_STATS;
-    float* fm = wl + L0_STATS;
-    float* fl = fm + N_HORIZONS;
+    float *wacc = smem, *s = wacc + L0_WARP_ROWS, *wm = s + L0_SCORES, *wl = wm + L0_STATS;
+    float *fm = wl + L0_STATS, *fl = fm + N_HORIZONS;
 
     const int b = blockIdx.x;
     const int warp = threadIdx.x >> 5;
@@ -36,28 +29,22 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
         for (int j = 0; j < ROW_PER_LANE; ++j) acc[h][j] = 0.f;
     }
 
-    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
-        float x[UNROLL][ROW_PER_LANE];
-        load_keys(lnb, k0, K, lane, x);
+    FOR_WARP_KEYS(true) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            if (k0 + u >= K) continue;  // not break: the loop must stay fully unrolled
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float dot = 0.f;
 #pragma unroll
-            for (int h = 0; h < N_HORIZONS; ++h) {
-                float dot = 0.f;
+            for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(q[h][j], x[u][j], dot);
+            const float sc = warp_sum(dot) * scale;
+            if (lane == 0) s[h * K + k0 + u] = sc;
+            const float mn = fmaxf(m[h], sc);
+            const float corr = __expf(m[h] - mn);  // fast exp: arguments <= 0, rel. error ~1e-6
+            const float p = __expf(sc - mn);
+            l[h] = fmaf(l[h], corr, p);
 #pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(q[h][j], x[u][j], dot);
-                const float sc = warp_sum(dot) * scale;
-                if (lane == 0) s[h * K + k0 + u] = sc;
-                const float mn = fmaxf(m[h], sc);
-                const float corr = __expf(m[h] - mn);  // fast exp: arguments <= 0, rel. error ~1e-6
-                const float p = __expf(sc - mn);
-                l[h] = fmaf(l[h], corr, p);
-#pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j)
-                    acc[h][j] = fmaf(acc[h][j], corr, p * x[u][j]);
-                m[h] = mn;
-            }
+            for (int j = 0; j < ROW_PER_LANE; ++j)
+                acc[h][j] = fmaf(acc[h][j], corr, p * x[u][j]);
+            m[h] = mn;
         }
     }
 
@@ -109,20 +96,11 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // scratch gq_scratch[b, h, :] (reduced over b by reduce_axis0). Dynamic shared memory (floats):
 //   red [NWARPS*N_HORIZONS*HIDDEN_DIM] per-warp grad_q_h partials (first: 16-byte aligned),
 //   sa [N_HORIZONS*K] attn row, sd [N_HORIZONS*K] dw then ds, sc [N_HORIZONS] c.
-extern "C" __global__ void __launch_bounds__(BLOCK)
-pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
-              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-              const float* __restrict__ grad_attn, const float* __restrict__ ctx,
-              float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
-              float* __restrict__ ds_scratch, const int K, const float scale,
-              const int B)
+extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ float smem[];
-    float* red = smem;
-    float* sa = red + L0_WARP_ROWS;
-    float* sd = sa + L0_SCORES;
-    float* sc = sd + L0_SCORES;
+    float *red = smem, *sa = red + L0_WARP_ROWS, *sd = sa + L0_SCORES, *sc = sd + L0_SCORES;
 
     const int b = blockIdx.x;
     const int warp = threadIdx.x >> 5;
@@ -158,22 +136,16 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
             }
         }
     }
-    for (int k0 = warp * UNROLL; !ctx && k0 < K; k0 += NWARPS * UNROLL) {
-        float x[UNROLL][ROW_PER_LANE];
-        load_keys(lnb, k0, K, lane, x);
+    FOR_WARP_KEYS(!ctx) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            if (k0 + u >= K) continue;
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float dot = 0.f;
 #pragma unroll
-            for (int h = 0; h < N_HORIZONS; ++h) {
-                float dot = 0.f;
-#pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
-                dot = warp_sum(dot);
-                if (lane == 0) {
-                    const int e = h * K + k0 + u;
-                    sd[e] = gab ? dot + gab[e] : dot;
-                }
+            for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
+            dot = warp_sum(dot);
+            if (lane == 0) {
+                const int e = h * K + k0 + u;
+                sd[e] = gab ? dot + gab[e] : dot;
             }
         }
     }
@@ -199,38 +171,30 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
         for (int j = 0; j < ROW_PER_LANE; ++j) gq[h][j] = 0.f;
     }
     float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
-    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
-        float x[UNROLL][ROW_PER_LANE];
-        load_keys(lnb, k0, K, lane, x);
+    FOR_WARP_KEYS(true) {
+        const int k = k0 + u;
+        float out[ROW_PER_LANE] = {};
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int k = k0 + u;
-            if (k >= K) continue;
-            float out[ROW_PER_LANE];
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            const float a = sa[h * K + k];
+            float d;
+            if (ctx) {
+                float dot = 0.f;
 #pragma unroll
-            for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = 0.f;
-#pragma unroll
-            for (int h = 0; h < N_HORIZONS; ++h) {
-                const float a = sa[h * K + k];
-                float d;
-                if (ctx) {
-                    float dot = 0.f;
-#pragma unroll
-                    for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
-                    dot = warp_sum(dot);
-                    d = a * ((gab ? dot + gab[h * K + k] : dot) - cr[h] - (gab ? sc[h] : 0.f));
-                } else {
-                    d = sd[h * K + k];
-                }
-                const float ds = scale * d;
-#pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) {
-                    out[j] = fmaf(a, gc[h][j], fmaf(ds, q[h][j], out[j]));
-                    gq[h][j] = fmaf(d, x[u][j], gq[h][j]);
-                }
+                for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
+                dot = warp_sum(dot);
+                d = a * ((gab ? dot + gab[h * K + k] : dot) - cr[h] - (gab ? sc[h] : 0.f));
+            } else {
+                d = sd[h * K + k];
             }
-            store_row(glnb + (size_t)k * HIDDEN_DIM, lane, out);
+            const float ds = scale * d;
+#pragma unroll
+            for (int j = 0; j < ROW_PER_LANE; ++j) {
+                out[j] = fmaf(a, gc[h][j], fmaf(ds, q[h][j], out[j]));
+                gq[h][j] = fmaf(d, x[u][j], gq[h][j]);
+            }
         }
+        store_row(glnb + (size_t)k * HIDDEN_DIM, lane, out);
     }
 #pragma unroll
     for (int h = 0; h < N_HORIZONS; ++h)

@@ -85,10 +85,7 @@ __device__ __forceinline__ float row_dot(const float* __restrict__ a, const int 
 // the row's max and sum (lanes stride keys, fixed order), every score is normalised in place,
 // and ctx[b] = attn[b] @ ln[b] by weighted_rows. Global writes of this block are visible to
 // the block after __syncthreads, so attn needs no shared copy and K is unbounded.
-extern "C" __global__ void __launch_bounds__(BLOCK)
-pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
-             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
-             const int B)
+extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ float smem[];
@@ -99,17 +96,11 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
     const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
     float* attnb = attn + (size_t)b * N_HORIZONS * K;
 
-    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
-        float x[UNROLL][ROW_PER_LANE];
-        load_keys(lnb, k0, K, lane, x);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            if (k0 + u >= K) continue;
+    FOR_WARP_KEYS(true) {
 #pragma unroll 1
-            for (int h = 0; h < N_HORIZONS; ++h) {
-                const float sc = row_dot(q_h + h * HIDDEN_DIM, lane, x[u]) * scale;
-                if (lane == 0) attnb[(size_t)h * K + k0 + u] = sc;
-            }
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            const float sc = row_dot(q_h + h * HIDDEN_DIM, lane, x[u]) * scale;
+            if (lane == 0) attnb[(size_t)h * K + k0 + u] = sc;
         }
     }
     __syncthreads();
@@ -141,13 +132,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // warp's share is held by lane h and the shares are added in warp order. Then warp per key:
 // ds = attn*(dw + grad_attn - c) goes to ds_scratch[b] and the grad_ln row is written once;
 // finally gq_scratch[b] = scale * ds @ ln[b] by weighted_rows (reduced over b by reduce_axis0).
-extern "C" __global__ void __launch_bounds__(BLOCK)
-pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
-              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-              const float* __restrict__ grad_attn, const float* __restrict__ ctx,
-              float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
-              float* __restrict__ ds_scratch, const int K, const float scale,
-              const int B)
+extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ float smem[];
@@ -170,17 +155,11 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
             if (lane == h) share += dot;
         }
     } else {
-        for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
-            float x[UNROLL][ROW_PER_LANE];
-            load_keys(lnb, k0, K, lane, x);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                if (k0 + u >= K) continue;
+        FOR_WARP_KEYS(true) {
 #pragma unroll 1
-                for (int h = 0; h < N_HORIZONS; ++h) {
-                    const float dot = row_dot(gcb + h * HIDDEN_DIM, lane, x[u]);
-                    if (lane == h) share = fmaf(attnb[(size_t)h * K + k0 + u], dot, share);
-                }
+            for (int h = 0; h < N_HORIZONS; ++h) {
+                const float dot = row_dot(gcb + h * HIDDEN_DIM, lane, x[u]);
+                if (lane == h) share = fmaf(attnb[(size_t)h * K + k0 + u], dot, share);
             }
         }
     }
@@ -202,37 +181,29 @@ pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     __syncthreads();
 
     float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
-    for (int k0 = warp * UNROLL; k0 < K; k0 += NWARPS * UNROLL) {
-        float x[UNROLL][ROW_PER_LANE];
-        load_keys(lnb, k0, K, lane, x);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int k = k0 + u;
-            if (k >= K) continue;
-            float out[ROW_PER_LANE];
-#pragma unroll
-            for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = 0.f;
+    FOR_WARP_KEYS(true) {
+        const int k = k0 + u;
+        float out[ROW_PER_LANE] = {};
 #pragma unroll 1
-            for (int h = 0; h < N_HORIZONS; ++h) {
-                const size_t e = (size_t)h * K + k;
-                float g[ROW_PER_LANE];
-                load_row(gcb + h * HIDDEN_DIM, lane, g);
-                float dot = 0.f;
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            const size_t e = (size_t)h * K + k;
+            float g[ROW_PER_LANE];
+            load_row(gcb + h * HIDDEN_DIM, lane, g);
+            float dot = 0.f;
 #pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(g[j], x[u][j], dot);
-                dot = warp_sum(dot);
-                const float a = attnb[e];
-                const float d = a * ((gab ? dot + gab[e] : dot) - sc[h]);
-                if (lane == 0) dsb[e] = d;
+            for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(g[j], x[u][j], dot);
+            dot = warp_sum(dot);
+            const float a = attnb[e];
+            const float d = a * ((gab ? dot + gab[e] : dot) - sc[h]);
+            if (lane == 0) dsb[e] = d;
 #pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = fmaf(a, g[j], out[j]);
-                load_row(q_h + h * HIDDEN_DIM, lane, g);
-                const float ds = scale * d;
+            for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = fmaf(a, g[j], out[j]);
+            load_row(q_h + h * HIDDEN_DIM, lane, g);
+            const float ds = scale * d;
 #pragma unroll
-                for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = fmaf(ds, g[j], out[j]);
-            }
-            store_row(glnb + (size_t)k * HIDDEN_DIM, lane, out);
+            for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = fmaf(ds, g[j], out[j]);
         }
+        store_row(glnb + (size_t)k * HIDDEN_DIM, lane, out);
     }
     __syncthreads();
     weighted_rows(dsb, lnb, K, scale, gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);

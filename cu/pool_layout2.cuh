@@ -4,6 +4,13 @@
 #if LANE_ACC && (TW != 1 || SKEYS % 4)
 #error "LANE_ACC needs one-warp teams and steps of a multiple of 4 keys"
 #endif
+// The forward's horizon h query columns of lane gl (its group's columns) as qh: with QREG the
+// row q[h] in registers, else read from the shared copy qs. A macro: it declares qh.
+#if QREG
+#define QUERY_COLS(h) const float* qh = q[h]
+#else
+#define QUERY_COLS(h) float qh[GCOLS]; group_cols(qs + (h) * HIDDEN_DIM, gl, qh)
+#endif
 // Forward. Scores: a lane group per key (q read once for the group's GROUP_KEYS keys).
 // Softmax: online, in log2 units (q is pre-scaled by scale*log2(e)); the running max moves
 // only when a score passes it by MARGIN (a warp vote), so most keys skip the rescale.
@@ -22,10 +29,7 @@
 // N_HORIZONS*GCOLS repeated in every group, and no merge of the groups at the row's end. The
 // running max is the warp's (one vote a step for all horizons); the sums are per lane group.
 // Dynamic shared memory: POOL_FORWARD_FLOATS_L2 (pool_sizes.cuh).
-extern "C" __global__ void LAYOUT2_BOUNDS
-pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
-             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
-             const int B)
+extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
@@ -43,9 +47,9 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
     pw += warp * N_HORIZONS * SKEYS;
     __syncthreads();
 #if QREG
-    float qr[N_HORIZONS][GCOLS];
+    float q[N_HORIZONS][GCOLS];
 #pragma unroll
-    for (int h = 0; h < N_HORIZONS; ++h) group_cols(qs + h * HIDDEN_DIM, gl, qr[h]);
+    for (int h = 0; h < N_HORIZONS; ++h) group_cols(qs + h * HIDDEN_DIM, gl, q[h]);
 #endif
 
     const Walk w(B, K, warp, 0);
@@ -93,12 +97,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
             bool up = false;
 #pragma unroll
             for (int h = 0; h < N_HORIZONS; ++h) {
-#if QREG
-                const float* qh = qr[h];
-#else
-                float qh[GCOLS];
-                group_cols(qs + h * HIDDEN_DIM, gl, qh);
-#endif
+                QUERY_COLS(h);
 #pragma unroll
                 for (int u = 0; u < GROUP_KEYS; ++u) {
                     const int k = k0 + u * KPW + g;
@@ -167,12 +166,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
             group_cols(ring_in.slots + cslot * FSLOT + g * HIDDEN_DIM, gl, x);
 #pragma unroll
             for (int h = 0; h < N_HORIZONS; ++h) {
-#if QREG
-                const float* qh = q[h];
-#else
-                float qh[GCOLS];
-                group_cols(qs + h * HIDDEN_DIM, gl, qh);
-#endif
+                QUERY_COLS(h);
                 const float sc = group_sum<GROUP>(lane_dot(qh, x));
 #if SMEM_SCORES
                 if (gl == 0 && valid) wsc[h * K + k] = sc;
@@ -322,12 +316,7 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 // Dynamic shared memory (floats): ring [NWARPS][STAGES][BSLOT], reused at the end for the
 // per-warp partials [NWARPS][N_HORIZONS*HIDDEN_DIM] (the region is the larger of the two), then
 // the queries times scale [N_HORIZONS*HIDDEN_DIM].
-extern "C" __global__ void LAYOUT2_BOUNDS
-pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
-              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-              const float* __restrict__ grad_attn, const float* __restrict__ ctx,
-              float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
-              float* __restrict__ ds_scratch, const int K, const float scale, const int B)
+extern "C" __global__ void LAYOUT2_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];

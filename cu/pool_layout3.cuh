@@ -110,19 +110,12 @@ __device__ __forceinline__ void load_attn(float* as, const float* __restrict__ a
 // O / l and attn is normalised in place (the block's own writes, ordered by its barriers).
 // Dynamic shared memory (floats): qs [N_HORIZONS][WROW], ln chunks [2][KC][WROW], partial
 // scores [KSPLIT][N_HORIZONS][KC] (P in slice 0), running max, sum and rescale [3][N_HORIZONS].
-extern "C" __global__ void __launch_bounds__(BLOCK)
-pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
-             float* __restrict__ ctx, float* __restrict__ attn, const int K, const float scale,
-             const int B)
+extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
-    float* qs = smem;
-    float* lbuf = qs + L3_ROWS;
-    float* sp = lbuf + L3_CHUNKS;
-    float* mstat = sp + L3_PRODUCTS;
-    float* lstat = mstat + N_HORIZONS;
-    float* corr = lstat + N_HORIZONS;
+    float *qs = smem, *lbuf = qs + L3_ROWS, *sp = lbuf + L3_CHUNKS, *mstat = sp + L3_PRODUCTS;
+    float *lstat = mstat + N_HORIZONS, *corr = lstat + N_HORIZONS;
 
     const int b = blockIdx.x, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
@@ -209,21 +202,12 @@ pool_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
 //   gq_scratch[b] = scale * GQ, reduced over rows by reduce_axis0.
 // Dynamic shared memory (floats): scale*Q and GC [2][N_HORIZONS][WROW]; ln chunks [2][KC][WROW];
 // partial products [KSPLIT][N_HORIZONS][KC] (DS in slice 0); attn [N_HORIZONS][KC]; c [N_HORIZONS].
-extern "C" __global__ void __launch_bounds__(BLOCK)
-pool_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
-              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-              const float* __restrict__ grad_attn, const float* __restrict__ ctx,
-              float* __restrict__ grad_ln, float* __restrict__ gq_scratch,
-              float* __restrict__ ds_scratch, const int K, const float scale, const int B)
+extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
-    float* qs = smem;
-    float* gcs = qs + L3_ROWS;
-    float* lbuf = gcs + L3_ROWS;
-    float* sp = lbuf + L3_CHUNKS;
-    float* as = sp + L3_PRODUCTS;
-    float* cst = as + N_HORIZONS * KC;
+    float *qs = smem, *gcs = qs + L3_ROWS, *lbuf = gcs + L3_ROWS, *sp = lbuf + L3_CHUNKS;
+    float *as = sp + L3_PRODUCTS, *cst = as + N_HORIZONS * KC;
 
     const int b = blockIdx.x, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;

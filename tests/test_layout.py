@@ -162,6 +162,13 @@ def test_argument_types_of_a_signature() -> None:
         arg_types(source, "other")
     with pytest.raises(ValueError, match="cannot pass"):
         arg_types('extern "C" __global__ void k(short x) {}', "k")
+    # the list written once as a macro that several kernels share (the pool's layouts)
+    shared = ("#define K_PARAMS const float* __restrict__ a, int* b, const int n, \\\n"
+              "    const float s\n"
+              'extern "C" __global__ void __launch_bounds__(BLOCK) k(K_PARAMS)\n{}\n')
+    assert arg_types(shared, "k") == "PPif"
+    with pytest.raises(ValueError, match="not #defined"):
+        arg_types(shared.replace("#define K_PARAMS", "#define OTHER"), "k")
 
 
 # --- a toy family: its files alone put it in every derived table -----------------------------

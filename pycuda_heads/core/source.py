@@ -77,8 +77,16 @@ def signature(source: str, entry: str) -> tuple[tuple[str, str], ...]:
                   + re.escape(entry) + r"\s*\(([^)]*)\)", source)
     if m is None:
         raise ValueError(f'no extern "C" __global__ entry {entry!r} in the source')
+    params = m.group(1).strip()
+    # the list written once as an upper-case macro that kernels share: its #define's body
+    if re.fullmatch(r"[A-Z][A-Z0-9_]*", params):
+        d = re.search(r"^[ \t]*#define[ \t]+" + params + r"[ \t]*((?:.*\\\n)*.*)$",
+                      source, re.M)
+        if d is None:
+            raise ValueError(f"{entry}: parameter list {params} is not #defined in the source")
+        params = d.group(1).replace("\\\n", " ")
     out = []
-    for param in filter(None, (p.strip() for p in m.group(1).split(","))):
+    for param in filter(None, (p.strip() for p in params.split(","))):
         name = re.search(r"(\w+)\s*$", param).group(1)
         ctype = re.sub(r"\b(?:const|__restrict__|volatile)\b", " ", param[:-len(name)])
         ctype = re.sub(r"\s+", " ", ctype).replace(" *", "*").strip()
