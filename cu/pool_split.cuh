@@ -2,81 +2,89 @@
 // S virtual rows b*S + s of Ks = K/S keys each (ln[B, K, D] is already [B*S, Ks, D] in memory),
 // each with a softmax of its own; virtual arrays are laid out [B*S, N_HORIZONS, ...]. Every
 // sum runs in a fixed order and every output has one writer.
-#define SPLIT_WARPS (SPLIT_THREADS / 32)
-#define SPLIT_BATCH 8
 
-// Forward, one block per (h, b). A split's log-sum-exp comes from its largest weight a*:
-// a* = exp(score* - lse), so lse = score* - log(a*), with score* recomputed from q_h and that
-// key's ln row (a* >= 1/Ks, so the log is well conditioned). The splits' weights
-// exp(lse_s - LSE) scale their ctx (summed in split order) and their attention rows.
+// Forward, first a warp per (s, h, b) (grid (S / SPLIT_WARPS, H, B)): split s's log-sum-exp
+// from its largest weight a*: a* = exp(score* - lse), so lse = score* - log(a*), with score*
+// recomputed from q_h and that key's ln row (a* >= 1/Ks, so the log is well conditioned).
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
-pool_combine(const float* __restrict__ q_h, const float* __restrict__ ln,
-             const float* __restrict__ ctx_v, const float* __restrict__ attn_v,
-             float* __restrict__ ctx, float* __restrict__ attn, const int S, const int Ks,
-             const float scale)
+pool_lse(const float* __restrict__ q_h, const float* __restrict__ ln,
+         const float* __restrict__ attn_v, float* __restrict__ lse, const int S, const int Ks,
+         const float scale)
+{
+    pdl_wait();
+    const int lane = threadIdx.x & 31;
+    const int s = blockIdx.x * SPLIT_WARPS + (threadIdx.x >> 5), h = blockIdx.y, b = blockIdx.z;
+    if (s >= S) return;  // whole warps: no barrier follows
+    const float* a = attn_v + ((size_t)(b * S + s) * N_HORIZONS + h) * Ks;
+    float best = -1.f;
+    int at = 0;
+#pragma unroll 8
+    for (int k = lane; k < Ks; k += 32)
+        if (a[k] > best) { best = a[k]; at = k; }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {  // the largest; of equals, the first key
+        const float ob = __shfl_xor_sync(FULL_MASK, best, o);
+        const int oa = __shfl_xor_sync(FULL_MASK, at, o);
+        if (ob > best || (ob == best && oa < at)) { best = ob; at = oa; }
+    }
+    const float* row = ln + ((size_t)(b * S + s) * Ks + at) * HIDDEN_DIM;
+    float dot = 0.f;
+    for (int d = lane; d < HIDDEN_DIM; d += 32) dot += q_h[h * HIDDEN_DIM + d] * row[d];
+    dot = warp_sum(dot);
+    if (lane == 0) lse[((size_t)b * N_HORIZONS + h) * S + s] = scale * dot - logf(best);
+}
+
+// Then a block per (h, b, z) (grid (H, B, Z), Z = ceil(K / SPLIT_SPAN)): the splits' weights
+// exp(lse_s - LSE) scale the row's attention weights in the z-th of Z equal spans, and the
+// splits' ctx at the z-th of Z equal spans of columns. The span's weights are loaded before
+// the split weights are known, so a block waits on memory about twice, not once a split.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+pool_combine(const float* __restrict__ ctx_v, const float* __restrict__ attn_v,
+             const float* __restrict__ lse, float* __restrict__ ctx, float* __restrict__ attn,
+             const int S, const int Ks)
 {
     pdl_wait();
     __shared__ float w[SPLIT_MAX];
-    const int h = blockIdx.x, b = blockIdx.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int s = warp; s < S; s += SPLIT_WARPS) {
-        const float* a = attn_v + ((size_t)(b * S + s) * N_HORIZONS + h) * Ks;
-        float best = -1.f;
-        int at = 0;
-#pragma unroll 8
-        for (int k = lane; k < Ks; k += 32)
-            if (a[k] > best) { best = a[k]; at = k; }
+    const int h = blockIdx.x, b = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    const int n = S * Ks, span = (n + Z - 1) / Z, i0 = z * span, i1 = min(n, i0 + span);
+    constexpr int PER = SPLIT_SPAN / SPLIT_THREADS;  // span <= SPLIT_SPAN
+    float x[PER];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {  // the largest; of equals, the first key
-            const float ob = __shfl_xor_sync(FULL_MASK, best, o);
-            const int oa = __shfl_xor_sync(FULL_MASK, at, o);
-            if (ob > best || (ob == best && oa < at)) { best = ob; at = oa; }
-        }
-        const float* row = ln + ((size_t)(b * S + s) * Ks + at) * HIDDEN_DIM;
-        float dot = 0.f;
-        for (int d = lane; d < HIDDEN_DIM; d += 32) dot += q_h[h * HIDDEN_DIM + d] * row[d];
-        dot = warp_sum(dot);
-        if (lane == 0) w[s] = scale * dot - logf(best);
+    for (int j = 0; j < PER; ++j) {  // attn[b, h, i], i = s*Ks + k, from virtual row b*S + s
+        const int i = i0 + j * SPLIT_THREADS + threadIdx.x, s = i / Ks;
+        x[j] = i < i1 ? attn_v[((size_t)(b * S + s) * N_HORIZONS + h) * Ks + i - s * Ks] : 0.f;
+    }
+    if (threadIdx.x < 32) {  // the split weights, one fixed order for every block of the row
+        const float* l = lse + ((size_t)b * N_HORIZONS + h) * S;
+        float m = -INFINITY, sum = 0.f;
+        for (int s = threadIdx.x; s < S; s += 32) m = fmaxf(m, l[s]);
+        m = group_max<32>(m);
+        for (int s = threadIdx.x; s < S; s += 32) sum += expf(l[s] - m);
+        sum = warp_sum(sum);
+        for (int s = threadIdx.x; s < S; s += 32) w[s] = expf(l[s] - m) / sum;
     }
     __syncthreads();
-    float m = -INFINITY, sum = 0.f;  // every thread the same, in split order
-    for (int s = 0; s < S; ++s) m = fmaxf(m, w[s]);
-    for (int s = 0; s < S; ++s) sum += expf(w[s] - m);
-    __syncthreads();
-    if (threadIdx.x < S) w[threadIdx.x] = expf(w[threadIdx.x] - m) / sum;
-    __syncthreads();
-    // Loads SPLIT_BATCH at a time, so that each thread has that many in flight (a loop of one
-    // dependent load a step waited a memory latency per split); sums stay in split order.
-    for (int d = threadIdx.x; d < HIDDEN_DIM; d += SPLIT_THREADS) {
-        const float* c = ctx_v + (size_t)b * S * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM + d;
-        float v = 0.f;
-        for (int s0 = 0; s0 < S; s0 += SPLIT_BATCH) {
-            float x[SPLIT_BATCH];
-#pragma unroll
-            for (int j = 0; j < SPLIT_BATCH; ++j)
-                x[j] = s0 + j < S ? c[(size_t)(s0 + j) * N_HORIZONS * HIDDEN_DIM] : 0.f;
-#pragma unroll
-            for (int j = 0; j < SPLIT_BATCH; ++j)
-                if (s0 + j < S) v += w[s0 + j] * x[j];
-        }
-        ctx[((size_t)b * N_HORIZONS + h) * HIDDEN_DIM + d] = v;
-    }
-    // attn[b, h, i] for i = s*Ks + k, from virtual row b*S + s
-    const int n = S * Ks;
     float* out = attn + ((size_t)b * N_HORIZONS + h) * n;
-    for (int i0 = threadIdx.x; i0 < n; i0 += SPLIT_BATCH * SPLIT_THREADS) {
-        float x[SPLIT_BATCH];
-        int sj[SPLIT_BATCH];
 #pragma unroll
-        for (int j = 0; j < SPLIT_BATCH; ++j) {
-            const int i = i0 + j * SPLIT_THREADS;
-            sj[j] = i / Ks;
-            x[j] = i < n ? attn_v[((size_t)(b * S + sj[j]) * N_HORIZONS + h) * Ks + i - sj[j] * Ks]
-                         : 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < SPLIT_BATCH; ++j)
-            if (i0 + j * SPLIT_THREADS < n) out[i0 + j * SPLIT_THREADS] = w[sj[j]] * x[j];
+    for (int j = 0; j < PER; ++j) {
+        const int i = i0 + j * SPLIT_THREADS + threadIdx.x;
+        if (i < i1) out[i] = w[i / Ks] * x[j];
+    }
+    // ctx columns [d0, d1): g lanes a column (a power of two), lane t summing splits t, t+g, ...
+    // in order, then the g partial sums added by a fixed shuffle tree
+    const int cols = (HIDDEN_DIM + Z - 1) / Z, d0 = z * cols, d1 = min(HIDDEN_DIM, d0 + cols);
+    int g = 1;
+    while (g < 32 && 2 * g * (d1 - d0) <= SPLIT_THREADS) g *= 2;
+    const int t = threadIdx.x % g;
+    const float* c = ctx_v + (size_t)b * S * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM;
+    for (int e0 = d0; e0 < d1; e0 += SPLIT_THREADS / g) {  // the same trips for every lane
+        const int d = e0 + threadIdx.x / g;
+        float v = 0.f;
+        if (d < d1)
+#pragma unroll 4
+            for (int s = t; s < S; s += g) v += w[s] * c[(size_t)s * N_HORIZONS * HIDDEN_DIM + d];
+        for (int o = g / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+        if (d < d1 && t == 0) ctx[((size_t)b * N_HORIZONS + h) * HIDDEN_DIM + d] = v;
     }
 }
 

@@ -83,5 +83,5 @@ def test_the_joins_give_the_whole_rows_results(peaked, with_grad_attn):
 def test_the_joins_compile_free_of_atomics_and_spills(h, d):
     from pycuda_heads.verify.static_check import check_variant
     report = check_variant("pool", {"N_HORIZONS": h, "HIDDEN_DIM": d, "POOL_SPLIT": 1})
-    assert set(report.entries) == {"pool_combine", "pool_shift", "pool_spread"}
+    assert set(report.entries) == {"pool_lse", "pool_combine", "pool_shift", "pool_spread"}
     assert report.ok, report.problems()

@@ -145,7 +145,8 @@ def _check_keys(k: int) -> None:
 # 143.7 us at 16 splits (rows of 256 keys), 155.3 at 32, 177.3 at 64 and 222.1 at 8
 # (reports/nvidia-h200/probes/pool_splitk_virtual.json).
 SPLIT_ROWS, SPLIT_KEYS = 1024, 256
-_SPLIT_THREADS, _SPLIT_MAX = SIZES.value("SPLIT_THREADS", {}), SIZES.value("SPLIT_MAX", {})
+_SPLIT_THREADS, _SPLIT_MAX, _SPLIT_SPAN, _SPLIT_WARPS = (
+    SIZES.value(n, {}) for n in ("SPLIT_THREADS", "SPLIT_MAX", "SPLIT_SPAN", "SPLIT_WARPS"))
 
 
 def split_count(b: int, k: int) -> int:
@@ -203,16 +204,19 @@ class PerHorizonAttentionPool(HorizonOp):
             forward_shared_bytes(p, {**self.template, "K": kv})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        ctx_v, attn_v = (ctx, attn) if s == 1 else empty_parts((bv, h, d), (bv, h, kv))
+        ctx_v, attn_v, lse = ((ctx, attn, None) if s == 1 else
+                              empty_parts((bv, h, d), (bv, h, kv), (b, h, s)))
         plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx_v.gpudata,
                     attn=attn_v.gpudata, K=kv, scale=self._scale, B=bv, shared=plan.shared,
                     stream=stream)
         if s == 1:
             return ctx, attn
-        self._join("combine")((h, b, 1), (_SPLIT_THREADS, 1, 1), q_h=q_h.gpudata,
-                              ln=ln.gpudata, ctx_v=ctx_v.gpudata, attn_v=attn_v.gpudata,
-                              ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv,
-                              scale=self._scale, stream=stream)
+        self._join("lse")((-(-s // _SPLIT_WARPS), h, b), (_SPLIT_THREADS, 1, 1),
+                          q_h=q_h.gpudata, ln=ln.gpudata, attn_v=attn_v.gpudata,
+                          lse=lse.gpudata, S=s, Ks=kv, scale=self._scale, stream=stream)
+        self._join("combine")((h, b, -(-k // _SPLIT_SPAN)), (_SPLIT_THREADS, 1, 1),
+                              ctx_v=ctx_v.gpudata, attn_v=attn_v.gpudata, lse=lse.gpudata,
+                              ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, ctx: Any = None, *,
