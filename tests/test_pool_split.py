@@ -34,7 +34,7 @@ def _layouts_backward(q, ln, attn, gc, ctx, ga):
 
 
 def _joined(q, ln, gc, ga, s):
-    """The forward on virtual rows, pool_combine, pool_shift and pool_spread, then the backward
+    """The forward on virtual rows, pool_lse and pool_combine, pool_shift and pool_spread, then the backward
     on the virtual rows, all in float64 (the reference plays the layouts' forward)."""
     b, k, d = ln.shape
     h, kv = q.shape[0], k // s
