@@ -120,9 +120,11 @@ pool_shift(const float* __restrict__ attn, const float* __restrict__ grad_attn,
     }
 }
 
-// Backward, one block per (s, h, b): the row's attn (and grad_attn, shifted) at the split's keys
-// and its grad_ctx and ctx, copied to virtual row b*S + s. Given the whole row's ctx, the
-// layouts' correction is the whole row's and every key's gradient is exact.
+// Backward, one block per (s, b): the row's attn (and grad_attn, shifted) at the split's keys
+// and its grad_ctx and ctx, copied to virtual row b*S + s, every horizon's (a virtual row's
+// values are contiguous: N_HORIZONS*Ks attention weights, N_HORIZONS*HIDDEN_DIM features). Given
+// the whole row's ctx, the layouts' correction is the whole row's and every key's gradient is
+// exact.
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
 pool_spread(const float* __restrict__ attn, const float* __restrict__ grad_ctx,
             const float* __restrict__ ctx, const float* __restrict__ grad_attn,
@@ -131,17 +133,21 @@ pool_spread(const float* __restrict__ attn, const float* __restrict__ grad_ctx,
             float* __restrict__ grad_attn_v, const int S, const int Ks)
 {
     pdl_wait();
-    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const size_t row = (size_t)b * N_HORIZONS + h, vrow = ((size_t)b * S + s) * N_HORIZONS + h;
-    const size_t at = (row * S + s) * Ks;
-    for (int k = threadIdx.x; k < Ks; k += SPLIT_THREADS) attn_v[vrow * Ks + k] = attn[at + k];
-    if (grad_attn) {
-        const float delta = shift[row * S + s];
-        for (int k = threadIdx.x; k < Ks; k += SPLIT_THREADS)
-            grad_attn_v[vrow * Ks + k] = grad_attn[at + k] + delta;
+    const int s = blockIdx.x, b = blockIdx.y, n = N_HORIZONS * Ks;
+    const size_t v = ((size_t)b * S + s) * n;  // virtual row b*S + s's first weight
+#pragma unroll 4
+    for (int e = threadIdx.x; e < n; e += SPLIT_THREADS) {
+        const int h = e / Ks;
+        const size_t at = (((size_t)b * N_HORIZONS + h) * S + s) * Ks + e - h * Ks;
+        attn_v[v + e] = attn[at];
+        if (grad_attn)
+            grad_attn_v[v + e] = grad_attn[at] + shift[((size_t)b * N_HORIZONS + h) * S + s];
     }
-    for (int d = threadIdx.x; d < HIDDEN_DIM; d += SPLIT_THREADS) {
-        grad_ctx_v[vrow * HIDDEN_DIM + d] = grad_ctx[row * HIDDEN_DIM + d];
-        ctx_v[vrow * HIDDEN_DIM + d] = ctx[row * HIDDEN_DIM + d];
+    const size_t f = (size_t)b * N_HORIZONS * HIDDEN_DIM;
+    const size_t fv = ((size_t)b * S + s) * N_HORIZONS * HIDDEN_DIM;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += SPLIT_THREADS) {
+        grad_ctx_v[fv + e] = grad_ctx[f + e];
+        ctx_v[fv + e] = ctx[f + e];
     }
 }

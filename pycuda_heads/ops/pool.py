@@ -270,7 +270,7 @@ class PerHorizonAttentionPool(HorizonOp):
                                 stream=stream)
         attn_v, grad_ctx_v, ctx_v, *grad_attn_v = empty_parts(
             (bv, h, kv), (bv, h, d), (bv, h, d), *(() if shift is None else ((bv, h, kv),)))
-        self._join("spread")((s, h, b), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
+        self._join("spread")((s, b, 1), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
                              grad_ctx=grad_ctx.gpudata, ctx=ctx.gpudata,
                              grad_attn=_NULL if shift is None else grad_attn.gpudata,
                              shift=_NULL if shift is None else shift.gpudata,
