@@ -20,7 +20,7 @@
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
-#             $SPLITK_S seconds
+#             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
 #             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
 #             (default 540)
@@ -152,7 +152,7 @@ if has wide; then
 fi
 if has splitk; then
     mkdir -p "$out/splitk"
-    timeout "${SPLITK_S:-200}" python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_rules.json" \
+    timeout "${SPLITK_S:-200}" python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_rules.json" ${SPLITK_ARGS:-} \
         > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
     pack splitk
 fi

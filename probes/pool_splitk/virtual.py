@@ -6,7 +6,10 @@ validation tolerance), bitwise reruns, and at each split the layouts' passes alo
 virtual rows (the rest is the joins'). It says which rule and launches the tuner should search
 (the rule is fixed today).
 
-    source .gpu/env.sh && python probes/pool_splitk/virtual.py OUT.json
+    source .gpu/env.sh && python probes/pool_splitk/virtual.py OUT.json [--rule-only]
+
+``--rule-only``: the op's own rule and tuned launch alone at each shape (about 20 s, to see a
+change of the joins), not the sweep.
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ def layouts_alone(params: dict, q_h: Any, ln: Any, grad_ctx: Any, split: int) ->
                 lambda: pool.backward(q_h, rows, attn, grads, ctx))["median_us"]}
 
 
-def main(out: str) -> None:
+def main(out: str, rule_only: bool) -> None:
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
@@ -69,7 +72,9 @@ def main(out: str) -> None:
                  "backward": 4 * (2 * b * k * D + b * H * k + 2 * b * H * D) / bandwidth / 1e3}
         entry = {"B": b, "K": k, "floor_us": floor, "points": []}
         seen = set()
-        for (rows, keys), launch in itertools.product(RULES, LAUNCHES):
+        points = (((pool_module.SPLIT_ROWS, pool_module.SPLIT_KEYS), None),) if rule_only \
+            else itertools.product(RULES, LAUNCHES)
+        for (rows, keys), launch in points:
             pool_module.SPLIT_ROWS, pool_module.SPLIT_KEYS = rows, keys
             split = pool_module.split_count(b, k)
             if (split, json.dumps(launch)) in seen:
@@ -102,4 +107,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--rule-only" in sys.argv[2:])
