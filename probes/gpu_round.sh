@@ -21,6 +21,8 @@
 #   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
+#   profile   Nsight Compute over the pool's tuned launches at the shapes short of the bars
+#             (probes/pool_profile.py), one CSV
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
 #             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
 #             (default 540)
@@ -155,6 +157,14 @@ if has splitk; then
     timeout "${SPLITK_S:-200}" python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_rules.json" ${SPLITK_ARGS:-} \
         > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
     pack splitk
+fi
+if has profile; then
+    mkdir -p "$out/profile"
+    timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --csv \
+        python probes/pool_profile.py > "$out/profile/pool_profile.csv" 2> "$out/profile/ncu.log"
+    echo "rc=$?" >> "$out/profile/ncu.log"
+    pack profile
 fi
 if has measure; then  # the tuner's quality search, resumable: whatever time the round has left
     mkdir -p "$out/measure"
