@@ -21,6 +21,7 @@
 #   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
+#   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
 #   profile   Nsight Compute over the pool's tuned launches at the shapes short of the bars
 #             (probes/pool_profile.py), one CSV
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
@@ -157,6 +158,12 @@ if has splitk; then
     timeout "${SPLITK_S:-200}" python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_rules.json" ${SPLITK_ARGS:-} \
         > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
     pack splitk
+fi
+if has wgmma; then
+    mkdir -p "$out/wgmma"
+    timeout "${WGMMA_S:-120}" python probes/frdhead_wgmma/run.py "$out/wgmma/frd_wgmma.json" \
+        > "$out/wgmma/wgmma.log" 2>&1; echo "rc=$?" >> "$out/wgmma/wgmma.log"
+    pack wgmma
 fi
 if has profile; then
     mkdir -p "$out/profile"
