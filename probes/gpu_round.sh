@@ -46,6 +46,14 @@ sanitize_step() {
     done
     pack "$1"
 }
+# probe script $3 in step $1's folder for at most $2 seconds, writing its JSON $4 there (more
+# arguments go to the script), its output into the step's log
+probe_step() {
+    mkdir -p "$out/$1"
+    timeout "$2" python "$3" "$out/$1/$4" "${@:5}" > "$out/$1/$1.log" 2>&1
+    echo "rc=$?" >> "$out/$1/$1.log"
+    pack "$1"
+}
 # the best validated points into the package's table (what later steps run); step $1's folder
 # takes the caches and the table, its log $2 the export's output
 export_into() {
@@ -147,24 +155,11 @@ if has train; then
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
 fi
-if has wide; then
-    mkdir -p "$out/wide"
-    timeout "${WIDE_S:-90}" python probes/pool_wide/run.py "$out/wide/pool_wide.json" \
-        > "$out/wide/wide.log" 2>&1; echo "rc=$?" >> "$out/wide/wide.log"
-    pack wide
-fi
-if has splitk; then
-    mkdir -p "$out/splitk"
-    timeout "${SPLITK_S:-200}" python probes/pool_splitk/virtual.py "$out/splitk/pool_splitk_rules.json" ${SPLITK_ARGS:-} \
-        > "$out/splitk/splitk.log" 2>&1; echo "rc=$?" >> "$out/splitk/splitk.log"
-    pack splitk
-fi
-if has wgmma; then
-    mkdir -p "$out/wgmma"
-    timeout "${WGMMA_S:-120}" python probes/frdhead_wgmma/run.py "$out/wgmma/frd_wgmma.json" \
-        > "$out/wgmma/wgmma.log" 2>&1; echo "rc=$?" >> "$out/wgmma/wgmma.log"
-    pack wgmma
-fi
+has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.json
+# shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
+has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
+    pool_splitk_rules.json ${SPLITK_ARGS:-}
+has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_wgmma.json
 if has profile; then
     mkdir -p "$out/profile"
     timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \
