@@ -5,11 +5,8 @@ of its tuned entries over to the new source hash: the ``pycuda-heads identity`` 
 ``identity FAMILY --base REV`` renders each variant of the family twice, from git revision REV
 (a fresh process importing that revision's package) and from this checkout, compiles both with
 the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares them:
-the cubin byte for byte and the host side (shared-memory bytes and whether the launch
-restrictions hold) at a few shapes. A variant is equal when those are: the cubin is the code the
-H200 (sm_90, the arch of every shipped table) runs. The PTX (comment lines dropped) is compared
-too and reported, not required: an inlined helper can renumber virtual registers that ptxas then
-allocates to the same machine code. Digests are cached; a variant
+the PTX with its comment lines dropped, the cubin byte for byte, and the host side (shared-memory
+bytes and whether the launch restrictions hold) at a few shapes. Digests are cached; a variant
 whose two sides differ is compiled again on both sides, past the cache, before it counts. The
 variants are every tuned entry of the family shipped in the tables, the space defaults at every
 suite template and a seeded sample of other space points, each layout among them. The proof is
@@ -225,7 +222,8 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
                      "head": {**new, "host": after[i]["host"]},
                      "ptx_equal": old["ptx"] == new["ptx"],
                      "cubin_equal": old["cubin"] == new["cubin"], "host_equal": host_equal,
-                     "equal": old["cubin"] == new["cubin"] and host_equal})
+                     "equal": old["ptx"] == new["ptx"] and old["cubin"] == new["cubin"]
+                     and host_equal})
     state = records.git_state(root)
     return {"family": family,
             "base": {"revision": revision, "source_hash": before[0]["source_hash"]},
