@@ -23,7 +23,7 @@ from .ops.multiadam import AdamSchedule, MultiAdam
 from .ops.pool import PerHorizonAttentionPool
 from .ops.resgate import ResidualGate
 
-__all__ = ["DATA", "FRD_WEIGHT", "INPUTS", "PARAMS", "HeadStep", "TrainStep"]
+__all__ = ["DATA", "FRD_WEIGHT", "INPUTS", "PARAMS", "HeadStep", "TrainStep", "frd_head"]
 
 #: what the step reads, with named axes (B batch, K sequence, H horizons, D hidden)
 INPUTS = {"q_h": ("H", "D"), "ln": ("B", "K", "D"), "w_res": ("H", "D"), "bias_res": ("H",),
@@ -157,6 +157,12 @@ TRAIN_OPS = ("pool", "resgate", "frdhead", "frdsmall", "frd", "headloss", "multi
 SMALL_BATCH = 1024
 
 
+def frd_head(batch: int, d_in: int, hidden: int) -> type[FrdHead]:
+    """The FRD head's op class for a batch: ``FrdHeadSmall`` at B <= ``SMALL_BATCH`` with D_in
+    and F at most 1024 (the same head, its small-batch kernels), else ``FrdHead``."""
+    return FrdHeadSmall if batch <= SMALL_BATCH and max(d_in, hidden) <= 1024 else FrdHead
+
+
 class TrainStep(_Captured):
     """One training step of the whole head at a fixed shape, capturable as one CUDA graph.
 
@@ -190,8 +196,7 @@ class TrainStep(_Captured):
         _positive("TrainStep", batch=batch, seq_len=seq_len)
         self.pool = PerHorizonAttentionPool(n_horizons, hidden_dim, launch=launch.get("pool"))
         self.resgate = ResidualGate(n_horizons, hidden_dim, launch=launch.get("resgate"))
-        head = FrdHeadSmall if batch <= SMALL_BATCH and max(hidden_dim, frd_hidden) <= 1024 \
-            else FrdHead
+        head = frd_head(batch, hidden_dim, frd_hidden)
         self.head = head(hidden_dim, frd_hidden, n_horizons, n_atoms,
                          launch=launch.get(head.FAMILY))
         self.frd = FrdSoftmaxCE(n_horizons, n_atoms, launch=launch.get("frd"))

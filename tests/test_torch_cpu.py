@@ -176,6 +176,20 @@ def test_modules_of_one_configuration_share_one_registered_op(fake_device):
         pht.AttentionPool(H, D, launch=[("forward", {})], device="cpu")
 
 
+def test_the_head_runs_the_small_batch_op_where_the_step_does(fake_device):
+    from pycuda_heads.ops.frdsmall import FrdHeadSmall
+    from pycuda_heads.step import SMALL_BATCH
+    head = pht.FrdHead(I, F, H, A, device="cpu")
+    small, large = head.op_id_for(SMALL_BATCH), head.op_id_for(SMALL_BATCH + 1)
+    assert type(tops._ops[small]) is FrdHeadSmall and large == head.op_id != small
+    assert type(tops._ops[large]) is frdhead.FrdHead
+    assert tops._op(small, "FrdHead") is tops._ops[small]  # its operators take it as a FrdHead
+    pinned = pht.FrdHead(I, F, H, A, launch={"forward": {"BM": 32}}, device="cpu")
+    assert pinned.op_id_for(1) == pinned.op_id  # a launch= names FrdHead's own kernels
+    wide = pht.FrdHead(I, 2048, H, A, device="cpu")
+    assert wide.op_id_for(1) == wide.op_id  # past FrdHeadSmall's sizes
+
+
 def test_reset_parameters_opens_nothing_and_scales_the_weights(modules):
     gate = modules["gate"]
     with torch.no_grad():

@@ -17,7 +17,9 @@ from torch import Tensor
 from ..ops.frd import FrdSoftmaxCE
 from ..ops.frdhead import FrdHead as FrdHeadOp
 from ..ops.pool import PerHorizonAttentionPool
+from ..ops.frdsmall import FrdHeadSmall
 from ..ops.resgate import ResidualGate as ResidualGateOp
+from ..step import frd_head
 from .ops import configured, frd_loss, frdhead_forward, pool_forward, resgate_forward
 
 Launch = Mapping[str, Mapping[str, Any]] | None
@@ -117,7 +119,11 @@ class FrdLoss(torch.nn.Module):
 
 class FrdHead(torch.nn.Module):
     """The FRD MLP head: forward(h_t [B, D_in]) -> logits [B, N_HORIZONS, N_ATOMS], through
-    one ReLU hidden layer of ``hidden`` units; pair it with ``FrdLoss``."""
+    one ReLU hidden layer of ``hidden`` units; pair it with ``FrdLoss``.
+
+    A batch runs the op ``pycuda_heads.step.frd_head`` names for it, as ``TrainStep`` does:
+    ``FrdHeadSmall``'s kernels at B <= ``step.SMALL_BATCH``, ``FrdHead``'s above. ``launch=``
+    names ``FrdHead``'s kernels' parameters, so with it every batch runs ``FrdHead``."""
 
     def __init__(self, d_in: int, hidden: int, n_horizons: int, n_atoms: int = 21,
                  launch: Launch = None, *, device: Any = None, dtype: Any = None) -> None:
@@ -126,6 +132,9 @@ class FrdHead(torch.nn.Module):
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.op, self.op_id = configured(FrdHeadOp, d_in, hidden, n_horizons, n_atoms,
                                          launch=launch)
+        self._small_id = (configured(FrdHeadSmall, d_in, hidden, n_horizons, n_atoms)[1]
+                          if launch is None and frd_head(1, d_in, hidden) is FrdHeadSmall
+                          else None)
         self.w1 = torch.nn.Parameter(torch.empty(hidden, d_in, **factory))
         self.b1 = torch.nn.Parameter(torch.empty(hidden, **factory))
         self.w2 = torch.nn.Parameter(torch.empty(n_horizons, n_atoms, hidden, **factory))
@@ -139,9 +148,16 @@ class FrdHead(torch.nn.Module):
             self.w2.normal_(0.0, 1.0 / math.sqrt(self.hidden))
             self.b2.zero_()
 
+    def op_id_for(self, batch: int) -> int:
+        """The id of the op a batch of ``batch`` rows runs (forward and backward)."""
+        small = self._small_id is not None and \
+            frd_head(batch, self.d_in, self.hidden) is FrdHeadSmall
+        return self._small_id if small else self.op_id
+
     def forward(self, h_t: Tensor) -> Tensor:
         p = self._parameters
-        _, logits = frdhead_forward(h_t, p["w1"], p["b1"], p["w2"], p["b2"], self.op_id)
+        _, logits = frdhead_forward(h_t, p["w1"], p["b1"], p["w2"], p["b2"],
+                                    self.op_id_for(h_t.shape[0]))
         return logits
 
     def extra_repr(self) -> str:

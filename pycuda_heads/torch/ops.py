@@ -61,9 +61,9 @@ def configured(cls: type, *args: Any, launch: Any = None) -> tuple[Op, int]:
 
 
 def _op(op_id: int, kind: str) -> Op:
-    """The registered op ``op_id``, which must be a ``kind``."""
+    """The registered op ``op_id``, which must be a ``kind`` (or of a subclass of it)."""
     op = _ops[op_id] if isinstance(op_id, int) and 0 <= op_id < len(_ops) else None
-    if type(op).__name__ != kind:
+    if kind not in (c.__name__ for c in type(op).__mro__):  # FrdHeadSmall is a FrdHead
         raise ValueError(f"op: {op_id!r} names no registered {kind} (modules register theirs; "
                          "pycuda_heads.torch.register registers one)")
     return op
