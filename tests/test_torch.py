@@ -11,6 +11,8 @@ pytestmark = pytest.mark.gpu
 
 import pycuda_heads.torch as pht  # noqa: E402  (needs torch)
 from pycuda_heads.perf import torch_train  # noqa: E402
+from pycuda_heads.step import SMALL_BATCH  # noqa: E402
+from pycuda_heads.torch import ops as pht_ops  # noqa: E402
 from pycuda_heads.torch.native import native  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402  (inductor's own tally of cudagraph skips)
 
@@ -106,19 +108,22 @@ def test_frd_loss_and_gradient_match_torch_cross_entropy():
     assert torch.equal(composed, loss) and close(g3, g4, 1e-6)
 
 
-def test_frd_head_forward_and_gradients_match_torch():
+@pytest.mark.parametrize("b", [37, SMALL_BATCH + 1])  # FrdHeadSmall's kernels, FrdHead's
+def test_frd_head_forward_and_gradients_match_torch(b):
     head = pht.FrdHead(128, 128, 5, 21)
+    assert type(pht_ops._ops[head.op_id_for(b)]).__name__ == (
+        "FrdHeadSmall" if b <= SMALL_BATCH else "FrdHead")
     with torch.no_grad():
         head.b1.normal_()
         head.b2.normal_()
-    (h_t,) = leaves((37, 128), seed=4)
+    (h_t,) = leaves((b, 128), seed=4)
     logits = head(h_t)
     g = torch.randn_like(logits)
     params = [h_t, head.w1, head.b1, head.w2, head.b2]
     got = torch.autograd.grad(logits, params, g)
     p2 = [p.detach().clone().requires_grad_(True) for p in params]
     hidden = torch.relu(p2[0] @ p2[1].T + p2[2])
-    want_logits = (hidden @ p2[3].reshape(105, 128).T + p2[4].reshape(-1)).reshape(37, 5, 21)
+    want_logits = (hidden @ p2[3].reshape(105, 128).T + p2[4].reshape(-1)).reshape(b, 5, 21)
     want = torch.autograd.grad(want_logits, p2, g)
     assert close(logits, want_logits)
     assert all(close(a, b) for a, b in zip(got, want))
