@@ -101,7 +101,7 @@ def _layer(module: str) -> str:
 ALLOWED = {ROOT: {"ops", "step", "catalog", "core", "records"},
            "reference": set(), "records": set(), "progress": set(), "core": {"records"},
            "ops": {"core", "reference", "ops.reduce", "ops.frdhead"}, "step": {"core", "ops"},
-           "torch": {"core", "ops"}, "catalog": {"ops", "core.spec", "records"},
+           "torch": {"core", "ops", "step"}, "catalog": {"ops", "core.spec", "records"},
            "verify": {"catalog", "core", "records", "progress"},
            "perf": {"catalog", "core", "step", "records", "torch", "progress"},
            "tuning": {"catalog", "core", "verify", "perf.timing", "records", "progress"},
