@@ -335,7 +335,7 @@ TENSORS = {"h_t": Tensor(("B", "I")), "w1": Tensor(("F", "I"), draw=draw_weights
            "dhidden": Tensor(("B", "F")), "grad_w1": Tensor(("F", "I")),
            "grad_b1": Tensor(("F",)), "grad_w2": Tensor(("H", "A", "F")),
            "grad_b2": Tensor(("H", "A")), "grad_h_t": Tensor(("B", "I"))}
-SUITE = ({"B": 1024}, {"B": 65536})
+SUITE = ({"B": 1024}, {"B": 16384}, {"B": 65536})
 # Odd shapes: B=1, B not a multiple of any tile, D_in and F not multiples of 4 or 32, H=1.
 GRID = (({}, {"B": 1}), ({}, {"B": 333}), ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B": 97}),
         ({"D_IN": 130, "FRD_HIDDEN": 19}, {"B": 300}), ({"N_HORIZONS": 1, "N_ATOMS": 11}, {"B": 5}),
