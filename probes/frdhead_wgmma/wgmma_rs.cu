@@ -1,0 +1,163 @@
+// Issue 32 probe, second step: the FRD head's first layer, hidden = ReLU(x w^T + b), on wgmma
+// with A (x) from registers. wgmma.cu split each x tile into shared memory with scalar loads
+// and one warpgroup an SM, and took 107 us at B = 65536 (98 us in plain TF32: the loads, not the
+// products, set its time). Here:
+// - WG warpgroups a block share w, split once into big and small halves (128 KB);
+// - each warpgroup owns a raw x tile buffer of BM rows, filled by cp.async one tile ahead;
+// - each thread reads its A fragments from that buffer with 16-byte loads, splits them in
+//   registers and issues the 3 products of every k-step with A from registers.
+// A k-step's 8 logical columns are a permutation of 16 physical ones (the float4 a thread
+// reads): k-step s, fragment column kk holds physical column PHYS(s, kk); w is staged under the
+// same permutation, so the sum over k is unchanged.
+// AFRAG names the A fragment order: 0 is a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+// (g = lane/4, t = lane%4); 1 swaps a1 and a2. The check against float64 says which is right.
+// Template constants: N (= 128), K (multiple of 16), WG, PASSES (3: 3xTF32, 1: plain TF32).
+#ifndef AFRAG
+#define AFRAG 0
+#endif
+#ifndef PASSES
+#define PASSES 3
+#endif
+#define NT (128 * WG)
+#define BM 64
+#define XROW (K + 16)  // padded row: a warp's 16-byte fragment reads hit 32 distinct banks
+#define PHYS(s, kk) (16 * ((s) >> 1) + 4 * ((kk) & 3) + 2 * ((s) & 1) + ((kk) >> 2))
+static_assert(N == 128, "the accumulator fragment below is m64n128");
+static_assert(K % 16 == 0, "K in steps of 16");
+
+__device__ __forceinline__ int cm(int r, int k, int rows) {
+    return ((k >> 2) * (rows >> 3) + (r >> 3)) * 32 + (r & 7) * 4 + (k & 3);
+}
+
+__device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    small = __float_as_uint(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ unsigned long long desc(const float* p, unsigned lead, unsigned stride) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    return (unsigned long long)((a & 0x3FFFF) >> 4) | (unsigned long long)(lead >> 4) << 16
+           | (unsigned long long)(stride >> 4) << 32;
+}
+
+// d[64] (m64n128, f32) += A (64 x 8, registers a) . B (128 x 8, descriptor db)^T
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const unsigned (&a)[4],
+                                         unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// the warpgroup's 128 threads copy rows [r0, r0 + BM) of x into buf (rows past M read as 0)
+__device__ __forceinline__ void load_tile(float* buf, const float* __restrict__ x, int r0, int M,
+                                          int tid) {
+    for (int e = tid; e < BM * K / 4; e += 128) {
+        const int r = e / (K / 4), c = 4 * (e % (K / 4));
+        const bool in = r0 + r < M;
+        const float* src = in ? x + (size_t)(r0 + r) * K + c : x;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(buf + r * XROW + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wg_barrier(int wg) {
+    asm volatile("bar.sync %0, 128;\n" :: "r"(wg + 1) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1)
+wg_layer_rs(const float* __restrict__ x, const float* __restrict__ w,
+            const float* __restrict__ bias, float* __restrict__ y, const int M)
+{
+    extern __shared__ __align__(128) float sm[];
+    float* wb = sm;            // w big   [N x K], core-matrix layout, k permuted
+    float* ws = wb + N * K;    // w small
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    float* buf = ws + N * K + wg * BM * XROW;  // this warpgroup's raw x tile
+    const int tiles = (M + BM - 1) / BM, stride = gridDim.x * WG;
+    int tile = blockIdx.x * WG + wg;
+    if (tile < tiles) load_tile(buf, x, tile * BM, M, tid);
+    for (int e = threadIdx.x; e < N * K; e += NT) {
+        const int n = e / K, l = e % K;
+        const float v = w[n * K + PHYS(l / 8, l % 8)];
+        unsigned big, small;
+        split(v, big, small);
+        wb[cm(n, l, N)] = __uint_as_float(big);
+        ws[cm(n, l, N)] = __uint_as_float(small);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    for (; tile < tiles; tile += stride) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        wg_barrier(wg);
+        float4 raw[K / 16][2];  // physical columns 16c + 4t .. + 3 of rows g and g + 8
+#pragma unroll
+        for (int c = 0; c < K / 16; ++c)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                raw[c][h] = *reinterpret_cast<const float4*>(
+                    buf + (16 * warp + g + 8 * h) * XROW + 16 * c + 4 * t);
+        wg_barrier(wg);  // every thread has its fragments: the buffer takes the next tile
+        if (tile + stride < tiles) load_tile(buf, x, (tile + stride) * BM, M, tid);
+        unsigned big[K / 8][4], small[K / 8][4];
+#pragma unroll
+        for (int s = 0; s < K / 8; ++s) {
+            const float4 r0 = raw[s / 2][0], r1 = raw[s / 2][1];
+            // kk = t: physical 4t + 2(s&1); kk = t + 4: the next one
+            const float lo0 = s & 1 ? r0.z : r0.x, hi0 = s & 1 ? r0.w : r0.y;
+            const float lo1 = s & 1 ? r1.z : r1.x, hi1 = s & 1 ? r1.w : r1.y;
+#if AFRAG == 0
+            split(lo0, big[s][0], small[s][0]); split(lo1, big[s][1], small[s][1]);
+            split(hi0, big[s][2], small[s][2]); split(hi1, big[s][3], small[s][3]);
+#else
+            split(lo0, big[s][0], small[s][0]); split(hi0, big[s][1], small[s][1]);
+            split(lo1, big[s][2], small[s][2]); split(hi1, big[s][3], small[s][3]);
+#endif
+        }
+        float d[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) d[i] = 0.f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < K / 8; ++s) {
+            const unsigned lb = N * 16;
+            const int kb = 2 * s * (N / 8) * 32;
+#if PASSES == 3
+            wgmma_rs(d, small[s], desc(wb + kb, lb, 128));
+            wgmma_rs(d, big[s], desc(ws + kb, lb, 128));
+#endif
+            wgmma_rs(d, big[s], desc(wb + kb, lb, 128));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        const int r0 = tile * BM;
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = r0 + 16 * warp + g + 8 * h, c = 8 * j + 2 * t;
+                if (r < M) {
+                    float2 v;
+                    v.x = fmaxf(d[4 * j + 2 * h] + bias[c], 0.f);
+                    v.y = fmaxf(d[4 * j + 2 * h + 1] + bias[c + 1], 0.f);
+                    *reinterpret_cast<float2*>(y + (size_t)r * N + c) = v;
+                }
+            }
+    }
+}
