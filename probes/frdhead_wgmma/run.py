@@ -2,8 +2,9 @@
 through torch) and the library's whole FrdHead forward, at B = 65536, 16384, 1024 and 333 (a
 short last tile, checked only). Variants: ``smem`` is wgmma.cu (x split into shared memory;
 its descriptor reading DESC_SWAP=0 passed on the H200, 1 faults); ``rs_*`` is wgmma_rs.cu (A from
-registers, WG warpgroups a block, AFRAG: the two candidate fragment orders); PASSES 3/1: 3xTF32
-or plain TF32. Each variant is checked first: outputs poisoned with NaN, every element written,
+registers, WG warpgroups a block, WSTAGE: w staged a float or 16 bytes at a time; its AFRAG=1
+fragment order failed on the H200, 0 passed); PASSES 3/1: 3xTF32 or plain TF32 (held to
+``TF32_BOUND``). Each variant is checked first: outputs poisoned with NaN, every element written,
 error within the library's validation tolerance (``verify.checks.compare``) for 3xTF32, bitwise
 reruns; a variant that fails is not timed. Each variant runs in a process of its own, so one that
 faults (a wrong fragment order can) does not take the others with it. Prints a table; writes
@@ -35,10 +36,12 @@ BATCHES = (65536, 16384, 1024, 333)
 VARIANTS = {"smem_pass3": ("wgmma.cu", "wg_layer", {"DESC_SWAP": 0, "PASSES": 3}, 1,
                            4 * (2 * N * K + 2 * BM * K))}
 VARIANTS.update({
-    f"rs_wg{wg}_af{af}_pass{p}": ("wgmma_rs.cu", "wg_layer_rs",
-                                  {"WG": wg, "AFRAG": af, "PASSES": p}, wg,
+    f"rs_wg{wg}_ws{ws}_pass{p}": ("wgmma_rs.cu", "wg_layer_rs",
+                                  {"WG": wg, "WSTAGE": ws, "PASSES": p}, wg,
                                   4 * (2 * N * K + wg * BM * (K + 16)))
-    for wg, af, p in ((1, 0, 3), (1, 1, 3), (2, 0, 3), (2, 1, 3), (2, 0, 1), (2, 1, 1))})
+    for wg, ws, p in ((1, 1, 3), (2, 0, 3), (2, 1, 3), (2, 1, 1))})
+# plain TF32 is held to this bound instead of the library tolerance (it catches a wrong layout)
+TF32_BOUND = 2e-3
 
 
 def build(name: str) -> object:
@@ -132,7 +135,7 @@ def variant(name: str) -> dict:
                  "rerun_bitwise": first.tobytes() == d_y.get().tobytes(),
                  "rel_err_vs_f64": float(np.abs(first - want).max() / np.abs(want).max())}
         point["good"] = point["all_written"] and point["rerun_bitwise"] and (
-            check["passed"] or defines["PASSES"] == 1)
+            check["passed"] if defines["PASSES"] == 3 else point["rel_err_vs_f64"] < TF32_BOUND)
         if m != BATCHES[-1] and point["good"]:
             point["us"] = gpu_time_us(run)["median_us"]
         out["batches"][m] = point

@@ -9,14 +9,15 @@
 // A k-step's 8 logical columns are a permutation of 16 physical ones (the float4 a thread
 // reads): k-step s, fragment column kk holds physical column PHYS(s, kk); w is staged under the
 // same permutation, so the sum over k is unchanged.
-// AFRAG names the A fragment order: 0 is a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
-// (g = lane/4, t = lane%4); 1 swaps a1 and a2. The check against float64 says which is right.
-// Template constants: N (= 128), K (multiple of 16), WG, PASSES (3: 3xTF32, 1: plain TF32).
-#ifndef AFRAG
-#define AFRAG 0
-#endif
+// A fragment order: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4), g = lane/4, t = lane%4
+// (the order with a1 and a2 swapped failed the float64 check on the H200).
+// Template constants: N (= 128), K (multiple of 16), WG, PASSES (3: 3xTF32, 1: plain TF32),
+// WSTAGE (how w is staged).
 #ifndef PASSES
 #define PASSES 3
+#endif
+#ifndef WSTAGE
+#define WSTAGE 1  // w staged by 16-byte loads (0: one float a thread at a time)
 #endif
 #define NT (128 * WG)
 #define BM 64
@@ -92,6 +93,7 @@ wg_layer_rs(const float* __restrict__ x, const float* __restrict__ w,
     const int tiles = (M + BM - 1) / BM, stride = gridDim.x * WG;
     int tile = blockIdx.x * WG + wg;
     if (tile < tiles) load_tile(buf, x, tile * BM, M, tid);
+#if WSTAGE == 0
     for (int e = threadIdx.x; e < N * K; e += NT) {
         const int n = e / K, l = e % K;
         const float v = w[n * K + PHYS(l / 8, l % 8)];
@@ -100,6 +102,24 @@ wg_layer_rs(const float* __restrict__ x, const float* __restrict__ w,
         wb[cm(n, l, N)] = __uint_as_float(big);
         ws[cm(n, l, N)] = __uint_as_float(small);
     }
+#else
+    // 16-byte loads, all of a thread's in flight: physical columns 16c + 4q .. + 3 are logical
+    // (k-step 2c, q), (2c, q + 4), (2c + 1, q), (2c + 1, q + 4)
+#pragma unroll 8
+    for (int e = threadIdx.x; e < N * K / 4; e += NT) {
+        const int n = e / (K / 4), c = (e % (K / 4)) / 4, q = e % 4;
+        const float4 v = __ldg(reinterpret_cast<const float4*>(w) + e);
+        const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int l = 8 * (2 * c + (i >> 1)) + q + 4 * (i & 1);
+            unsigned big, small;
+            split(vs[i], big, small);
+            wb[cm(n, l, N)] = __uint_as_float(big);
+            ws[cm(n, l, N)] = __uint_as_float(small);
+        }
+    }
+#endif
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -122,13 +142,8 @@ wg_layer_rs(const float* __restrict__ x, const float* __restrict__ w,
             // kk = t: physical 4t + 2(s&1); kk = t + 4: the next one
             const float lo0 = s & 1 ? r0.z : r0.x, hi0 = s & 1 ? r0.w : r0.y;
             const float lo1 = s & 1 ? r1.z : r1.x, hi1 = s & 1 ? r1.w : r1.y;
-#if AFRAG == 0
             split(lo0, big[s][0], small[s][0]); split(lo1, big[s][1], small[s][1]);
             split(hi0, big[s][2], small[s][2]); split(hi1, big[s][3], small[s][3]);
-#else
-            split(lo0, big[s][0], small[s][0]); split(hi0, big[s][1], small[s][1]);
-            split(lo1, big[s][2], small[s][2]); split(hi1, big[s][3], small[s][3]);
-#endif
         }
         float d[64];
 #pragma unroll
