@@ -175,8 +175,23 @@ def main(path: str) -> None:
         Path(path).write_text(json.dumps(record, indent=1))
 
 
+def profile(name: str, m: int = BATCHES[0]) -> None:
+    """One launch of a variant at batch m, for Nsight Compute."""
+    fn = build(name)
+    _, _, _, wg, shared = VARIANTS[name]
+    x, w, b, _, _ = inputs(m)
+    d_x, d_w, d_b = ga.to_gpu(x), ga.to_gpu(w), ga.to_gpu(b)
+    d_y = ga.empty((m, N), np.float32)
+    fn(d_x.gpudata, d_w.gpudata, d_b.gpudata, d_y.gpudata, np.int32(m),
+       grid=(min(device.sm_count(), -(-m // (BM * wg))), 1, 1), block=(128 * wg, 1, 1),
+       shared=shared)
+    device.cuda().Context.synchronize()
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[2] == "--variant":
         Path(sys.argv[1]).write_text(json.dumps(variant(sys.argv[3])))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--profile":  # ncu ... run.py --profile NAME
+        profile(sys.argv[2])
     else:
         main(sys.argv[1])
