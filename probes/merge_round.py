@@ -44,9 +44,9 @@ def merge_bench(csv_path: Path, commit: str) -> None:
 
 def merge_tuning(folder: Path) -> None:
     caches = folder / "tuning"
-    if caches.is_dir():
-        for cache in caches.glob("*.json"):
-            shutil.copy(cache, REPORTS / "tuning" / cache.name)
+    if caches.is_dir():  # caches, run records, the study journal; not the workers' lock files
+        shutil.copytree(caches, REPORTS / "tuning", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*.lock", "*.fcntl-lock"))
     table = folder / "nvidia-h200.json"
     if table.is_file():
         shutil.copy(table, Path("pycuda_heads/tuned/nvidia-h200.json"))
