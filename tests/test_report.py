@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pycuda_heads import step
 from pycuda_heads.catalog import SUITE_TEMPLATE, catalog
 from pycuda_heads.perf import bench
 from pycuda_heads.records import FWD_BWD, dims_label
@@ -237,6 +238,39 @@ def test_bench_run_on_a_fake_gpu_without_torch(tmp_path: Path, monkeypatch: pyte
     readme = report.build(tmp_path / "fake-gpu").read_text()
     assert "The torch peers were not measured: torch was not importable" in readme
     assert table_row(readme, "B=64", "fwd+bwd")[2] == "10.0*"  # the fake ran its defaults
+
+
+def test_bench_runs_the_frd_head_as_the_compositions_do(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """At B <= SMALL_BATCH the frdhead rows time FrdHeadSmall's kernels (what TrainStep and the
+    torch module run), and say so; above it FrdHead's own."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.delitem(sys.modules, "pycuda_heads.perf.peers_torch", raising=False)
+    families: list[str] = []
+
+    class RecordingHarness(FakeHarness):
+        def library_op(self, specs: Any, provider: str, template: dict[str, int]) -> FakeOp:
+            families.append(specs[0].family)
+            return super().library_op(specs, provider, template)
+
+    small, large = {"B": step.SMALL_BATCH}, {"B": step.SMALL_BATCH + 1}
+    cat = type(catalog())(dataclasses.replace(s, suite=(small, large))
+                          if s.family == "frdhead" else s for s in catalog())
+    b = bench.Bench(RecordingHarness(), ["frdhead"], quick=False, out_root=tmp_path,
+                    commit="abc1234", cat=cat)
+    with b.run().open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["provider"] in ("tuned", "default")]
+    assert families == ["frdsmall", "frdsmall", "frdhead", "frdhead"]  # per provider and batch
+    assert {r["op"] for r in rows} == {"frdhead"}
+    for r in rows:
+        routed = r["shape"] == f"B={step.SMALL_BATCH}"
+        assert (r["note"] == "runs frdsmall's kernels, as the library's compositions do at "
+                "this batch") == routed and (r["note"] == "") == (not routed)
+    readme = report.build(tmp_path / "fake-gpu").read_text()
+    assert table_row(readme, f"B={step.SMALL_BATCH}", "fwd+bwd")[2].endswith("\u2020")
+    assert not table_row(readme, f"B={step.SMALL_BATCH + 1}", "fwd+bwd")[2].endswith("\u2020")
+    assert (f"\u2020 runs frdsmall's kernels, as the library's compositions do at this batch "
+            f"(B={step.SMALL_BATCH}), in the tuned and default columns alike.") in readme
 
 
 def parse_shape(text: str) -> list[tuple[str, int]]:

@@ -4,6 +4,9 @@ Providers, measured side by side in one process on one GPU:
   tuned          the library with ``launch=None`` (the tuned table, else the default)
   default        the library without its tuned table: every kernel's default launch parameters
                  (the nearest valid point where a shape needs another)
+                 Both run an op as the library's compositions run it: the FRD head (``frdhead``)
+                 at B <= ``step.SMALL_BATCH`` is ``FrdHeadSmall``'s kernels (``step.frd_head``, as
+                 in ``TrainStep`` and ``pycuda_heads.torch.FrdHead``); the row's note says so
   torch_eager    the same math in PyTorch ops (each kernel's declared peer), when torch is
                  importable; without torch no peer rows are written and the report says so
   torch_compile  the same functions through ``torch.compile(dynamic=False)``, compiled per shape
@@ -32,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .. import records
+from .. import records, step
 from ..catalog import SUITE_TEMPLATE, BenchCase, Catalog, catalog
 from ..core import device
 from ..core.compile import recorded_launches
@@ -269,10 +272,21 @@ class Bench:
         out["noisy"] = int(_spread(t) > records.NOISY_SPREAD)
         return out
 
+    def _family(self, op: str, case: BenchCase) -> str:
+        """The family whose kernels run ``op``'s case in the library's compositions: the FRD
+        head's op class at the case's batch (``step.frd_head``), else ``op`` itself."""
+        families = self.catalog.families()
+        if families[op][0].op is not step.FrdHead:
+            return op
+        t = case.template
+        cls = step.frd_head(case.shape["B"], t["D_IN"], t["FRD_HIDDEN"])
+        return next(f for f, specs in families.items() if specs[0].op is cls)
+
     def _library(self, op: str, provider: str, case: BenchCase) -> Any:
-        key = (op, provider, *sorted(case.over.items()))
+        family = self._family(op, case)
+        key = (family, provider, *sorted(case.over.items()))
         if key not in self._ops:
-            specs = self.catalog.families()[op]
+            specs = self.catalog.families()[family]
             self._ops[key] = self.harness.library_op(specs, provider, case.template)
         return self._ops[key]
 
@@ -321,6 +335,9 @@ class Bench:
                     result = self._measure(fn, f"{op} {label} {case.pass_} {provider}")
                     if provider in LIBRARY:
                         extra["config"] = self._config(op, provider, case)
+                        if self._family(op, case) != op:
+                            extra["note"] = (f"runs {self._family(op, case)}'s kernels, as the "
+                                             "library's compositions do at this batch")
                         if "error" not in result:
                             extra["bare_launch_us"] = self._bare_launch_us(fn)
                     single = len(case.kernels) == 1

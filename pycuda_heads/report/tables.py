@@ -317,12 +317,15 @@ def changes(found: Sequence[Change]) -> str:
 def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -> str:
     lines = [f"### {op}", ""]
     lines += [f"![{p}]({p})" for p in plots]
-    rows, defaulted, noisy = [], False, False
+    rows, defaulted, noisy, notes = [], False, False, {}
     for c in op_cases:
         tuned = _time_cell(c, "tuned")
         if c.time("tuned") is not None and _ran_default(c):
             tuned, defaulted = tuned + "*", True
         row = c.rows.get("tuned") or {}
+        if row.get("note") and c.time("tuned") is not None:  # another family's kernels ran
+            tuned += "†"
+            notes.setdefault(row["note"], []).append(c.shape)
         spread = (f"{us(row.get('p20_us'))}–{us(row.get('p80_us'))}"
                   if c.time("tuned") is not None else "–")
         calls = " / ".join(us(v) for v in (c.call_us("tuned"), row.get("bare_launch_us"),
@@ -342,6 +345,9 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
     if defaulted:
         lines += ["\\* no tuned entry applied: the tuned provider ran the default launch "
                   "parameters.", ""]
+    lines += [f"† {note} ({', '.join(dict.fromkeys(shapes))}), in the tuned and default "
+              "columns alike." for note, shapes in notes.items()]
+    lines += [""] if notes else []
     if noisy:
         lines += [f"~ noisy: the p80/p20 spread stayed above {NOISY_SPREAD} after a second "
                   "measurement; read that time with care.", ""]
