@@ -22,6 +22,7 @@
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
+#   wgrad     the backward's weight-gradient product on wgmma (probes/frdhead_wgmma/wgrad.py)
 #   profile   Nsight Compute over the pool's tuned launches at the shapes short of the bars
 #             (probes/pool_profile.py), one CSV
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
@@ -160,6 +161,7 @@ has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.js
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
     pool_splitk_rules.json ${SPLITK_ARGS:-}
 has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_wgmma.json
+has wgrad && probe_step wgrad "${WGRAD_S:-150}" probes/frdhead_wgmma/wgrad.py frd_wgrad.json
 if has profile; then
     mkdir -p "$out/profile"
     timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \

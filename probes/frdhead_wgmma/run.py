@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pycuda.gpuarray as ga
@@ -55,23 +56,24 @@ def build(name: str) -> object:
     return fn
 
 
-def torch_times(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> dict:
+def cublas_us(call: Callable[..., Any], *arrays: np.ndarray) -> dict:
+    """Median CUDA-event time of ``call(torch, *tensors)`` with TF32 allowed and not (cuBLAS's
+    two FP32 paths), or nothing where torch is missing."""
     try:
         import torch
     except ImportError:
         return {}
-    tx, tw, tb = (torch.from_numpy(a).cuda() for a in (x, w, b))
+    tensors = [torch.from_numpy(a).cuda() for a in arrays]
     out = {}
     for name, tf32 in (("cublas_tf32_us", True), ("cublas_fp32_us", False)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        fn = lambda: torch.relu(torch.addmm(tb, tx, tw.T))  # noqa: E731
-        fn()
+        call(torch, *tensors)
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(30):
             start.record()
-            fn()
+            call(torch, *tensors)
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e3)
@@ -104,7 +106,8 @@ def peers(bandwidth: float) -> list:
                  "gflop_3xtf32": 3 * 2 * m * N * K / 1e9,
                  "library_frdhead_forward_us": gpu_time_us(
                      lambda: head.forward(d_x, d_w, d_b, d_w2, d_b2))["median_us"]}
-        entry.update(torch_times(x, w, b))
+        entry.update(cublas_us(lambda torch, x, w, b: torch.relu(torch.addmm(b, x, w.T)),
+                               x, w, b))
         out.append(entry)
     return out
 
