@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 N, K, BM = 128, 128, 64
 BATCHES = (65536, 16384, 1024, 333)
 # name: (source, entry, -D defines, warpgroups a block, shared bytes)
-VARIANTS = {"smem_pass3": ("wgmma.cu", "wg_layer", {"DESC_SWAP": 0, "PASSES": 3}, 1,
+VARIANTS = {"smem_pass3": ("wgmma.cu", "wg_layer", {"PASSES": 3}, 1,
                            4 * (2 * N * K + 2 * BM * K))}
 VARIANTS.update({
     f"rs_wg{wg}_ws{ws}_pass{p}": ("wgmma_rs.cu", "wg_layer_rs",
@@ -51,7 +51,7 @@ def build(name: str) -> object:
     options = ["-O3", f"-DN={N}", f"-DK={K}", *(f"-D{k}={v}" for k, v in defines.items())]
     with device.thread_context():
         fn = SourceModule((HERE / source).read_text(), no_extern_c=True, arch="sm_90a",
-                          options=options).get_function(entry)
+                          include_dirs=[str(HERE)], options=options).get_function(entry)
     fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
     return fn
 
@@ -145,6 +145,20 @@ def variant(name: str) -> dict:
     return out
 
 
+def isolated(script: str, path: str, name: str) -> dict:
+    """What ``script PART --variant NAME`` wrote, run in a process of its own (a variant that
+    faults kills its CUDA context), or how it crashed."""
+    part = Path(path).with_suffix(f".{name}.json")
+    proc = subprocess.run([sys.executable, script, str(part), "--variant", name],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode or not part.is_file():
+        print(name, "CRASHED", proc.stderr.strip().splitlines()[-1:], flush=True)
+        return {"crashed": proc.returncode, "stderr": proc.stderr[-1500:]}
+    out = json.loads(part.read_text())
+    part.unlink()
+    return out
+
+
 def main(path: str) -> None:
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
@@ -156,16 +170,8 @@ def main(path: str) -> None:
             e["floor_us"], e["library_frdhead_forward_us"]),
             {k: round(v, 1) for k, v in e.items() if k.startswith("cublas")}, flush=True)
     for name in VARIANTS:
-        part = Path(path).with_suffix(f".{name}.json")
-        proc = subprocess.run([sys.executable, __file__, str(part), "--variant", name],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode or not part.is_file():
-            record["variants"][name] = {"crashed": proc.returncode,
-                                        "stderr": proc.stderr[-1500:]}
-            print(name, "CRASHED", proc.stderr.strip().splitlines()[-1:], flush=True)
-        else:
-            record["variants"][name] = json.loads(part.read_text())
-            part.unlink()
+        record["variants"][name] = isolated(__file__, path, name)
+        if "crashed" not in record["variants"][name]:
             for m, point in record["variants"][name].get("batches", {}).items():
                 extra = ""
                 if "us" in point:

@@ -11,7 +11,6 @@ every element written, error within the library's validation tolerance
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from pycuda_heads.perf.bench import CudaHarness
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
 from pycuda_heads.verify.checks import compare
-from run import cublas_us  # this folder's forward probe
+from run import cublas_us, isolated  # this folder's forward probe
 
 HERE = Path(__file__).resolve().parent
 M = N = 128
@@ -45,7 +44,7 @@ def variant(name: str) -> dict:
     shared = bk * 3200
     with device.thread_context():
         mod = SourceModule((HERE / "wgrad.cu").read_text(), no_extern_c=True, arch="sm_90a",
-                           options=["-O3", f"-DM={M}", f"-DN={N}", f"-DBK={bk}"])
+                           include_dirs=[str(HERE)], options=["-O3", f"-DM={M}", f"-DN={N}", f"-DBK={bk}"])
     fn, red = mod.get_function("wg_wgrad"), mod.get_function("wg_reduce")
     fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
     out = {"registers": fn.num_regs, "shared_bytes": shared, "batches": {}}
@@ -100,15 +99,8 @@ def main(path: str) -> None:
                               **cublas_us(lambda torch, a, x: a.T @ x, a, x)}
         print(m, {k: round(v, 1) for k, v in record["peers"][m].items()}, flush=True)
     for name in VARIANTS:
-        part = Path(path).with_suffix(f".{name}.json")
-        proc = subprocess.run([sys.executable, __file__, str(part), "--variant", name],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode or not part.is_file():
-            record["variants"][name] = {"crashed": proc.returncode, "stderr": proc.stderr[-1500:]}
-            print(name, "CRASHED", proc.stderr.strip().splitlines()[-1:], flush=True)
-        else:
-            record["variants"][name] = json.loads(part.read_text())
-            part.unlink()
+        record["variants"][name] = isolated(__file__, path, name)
+        if "crashed" not in record["variants"][name]:
             for m, p in record["variants"][name]["batches"].items():
                 times = ("%.1f us (products %.1f, reduce %.1f, %.0f TFLOP/s 3x-counted)" % (
                     p["us"], p["products_us"], p["reduce_us"],
