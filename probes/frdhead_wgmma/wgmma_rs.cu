@@ -12,19 +12,30 @@
 // A fragment order: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4), g = lane/4, t = lane%4
 // (the order with a1 and a2 swapped failed the float64 check on the H200).
 // Template constants: N (= 128), K (multiple of 16), WG, PASSES (3: 3xTF32, 1: plain TF32),
-// WSTAGE (how w is staged).
+// WSTAGE (how w is staged), CS (k-steps a chunk: a chunk's fragments are read, split and
+// multiplied before the next's, so fewer registers hold A and 3 warpgroups fit), SWZ (1: the x
+// buffer's rows unpadded, odd rows' 16-byte chunks XOR 4: conflict-free in less shared memory).
 #ifndef PASSES
 #define PASSES 3
 #endif
 #ifndef WSTAGE
 #define WSTAGE 1  // w staged by 16-byte loads (0: one float a thread at a time)
 #endif
+#ifndef CS
+#define CS (K / 8)
+#endif
+#ifndef SWZ
+#define SWZ 0
+#endif
 #define NT (128 * WG)
 #define BM 64
-#define XROW (K + 16)  // padded row: a warp's 16-byte fragment reads hit 32 distinct banks
+#define XROW (K + (SWZ ? 0 : 16))  // padded (SWZ 0) so a warp's fragment reads hit 32 banks
+// float offset of columns col .. col + 3 (col a multiple of 4) of row r in the x buffer
+#define XOFF(r, col) ((r) * XROW + (SWZ ? ((((col) >> 2) ^ (((r) & 1) << 2)) << 2) : (col)))
 #define PHYS(s, kk) (16 * ((s) >> 1) + 4 * ((kk) & 3) + 2 * ((s) & 1) + ((kk) >> 2))
 static_assert(N == 128, "the accumulator fragment below is m64n128");
 static_assert(K % 16 == 0, "K in steps of 16");
+static_assert(CS % 2 == 0 && (K / 8) % CS == 0, "chunks of whole float4 pairs of k-steps");
 
 #include "wgmma_common.cuh"
 
@@ -35,7 +46,7 @@ __device__ __forceinline__ void load_tile(float* buf, const float* __restrict__ 
         const int r = e / (K / 4), c = 4 * (e % (K / 4));
         const bool in = r0 + r < M;
         const float* src = in ? x + (size_t)(r0 + r) * K + c : x;
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(buf + r * XROW + c);
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(buf + XOFF(r, c));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                      :: "r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
     }
@@ -91,41 +102,46 @@ wg_layer_rs(const float* __restrict__ x, const float* __restrict__ w,
     for (; tile < tiles; tile += stride) {
         asm volatile("cp.async.wait_all;\n" ::: "memory");
         wg_barrier(wg);
-        float4 raw[K / 16][2];  // physical columns 16c + 4t .. + 3 of rows g and g + 8
-#pragma unroll
-        for (int c = 0; c < K / 16; ++c)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                raw[c][h] = *reinterpret_cast<const float4*>(
-                    buf + (16 * warp + g + 8 * h) * XROW + 16 * c + 4 * t);
-        wg_barrier(wg);  // every thread has its fragments: the buffer takes the next tile
-        if (tile + stride < tiles) load_tile(buf, x, (tile + stride) * BM, M, tid);
-        unsigned big[K / 8][4], small[K / 8][4];
-#pragma unroll
-        for (int s = 0; s < K / 8; ++s) {
-            const float4 r0 = raw[s / 2][0], r1 = raw[s / 2][1];
-            // kk = t: physical 4t + 2(s&1); kk = t + 4: the next one
-            const float lo0 = s & 1 ? r0.z : r0.x, hi0 = s & 1 ? r0.w : r0.y;
-            const float lo1 = s & 1 ? r1.z : r1.x, hi1 = s & 1 ? r1.w : r1.y;
-            split(lo0, big[s][0], small[s][0]); split(lo1, big[s][1], small[s][1]);
-            split(hi0, big[s][2], small[s][2]); split(hi1, big[s][3], small[s][3]);
-        }
         float d[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) d[i] = 0.f;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int s = 0; s < K / 8; ++s) {
-            const unsigned lb = N * 16;
-            const int kb = 2 * s * (N / 8) * 32;
+        for (int c0 = 0; c0 < K / 8; c0 += CS) {
+            float4 raw[CS / 2][2];  // physical columns 16c + 4t .. + 3 of rows g and g + 8
+#pragma unroll
+            for (int c = 0; c < CS / 2; ++c)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    raw[c][h] = *reinterpret_cast<const float4*>(
+                        buf + XOFF(16 * warp + g + 8 * h, 16 * (c0 / 2 + c) + 4 * t));
+            if (c0 + CS == K / 8) {
+                wg_barrier(wg);  // every thread has read the tile: the buffer takes the next
+                if (tile + stride < tiles) load_tile(buf, x, (tile + stride) * BM, M, tid);
+            }
+            unsigned big[CS][4], small[CS][4];
+#pragma unroll
+            for (int s = 0; s < CS; ++s) {
+                const float4 r0 = raw[s / 2][0], r1 = raw[s / 2][1];
+                // kk = t: physical 4t + 2(s&1); kk = t + 4: the next one
+                const float lo0 = s & 1 ? r0.z : r0.x, hi0 = s & 1 ? r0.w : r0.y;
+                const float lo1 = s & 1 ? r1.z : r1.x, hi1 = s & 1 ? r1.w : r1.y;
+                split(lo0, big[s][0], small[s][0]); split(lo1, big[s][1], small[s][1]);
+                split(hi0, big[s][2], small[s][2]); split(hi1, big[s][3], small[s][3]);
+            }
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < CS; ++s) {
+                const unsigned lb = N * 16;
+                const int kb = 2 * (c0 + s) * (N / 8) * 32;
 #if PASSES == 3
-            wgmma_rs(d, small[s], desc(wb + kb, lb, 128));
-            wgmma_rs(d, big[s], desc(ws + kb, lb, 128));
+                wgmma_rs(d, small[s], desc(wb + kb, lb, 128));
+                wgmma_rs(d, big[s], desc(ws + kb, lb, 128));
 #endif
-            wgmma_rs(d, big[s], desc(wb + kb, lb, 128));
+                wgmma_rs(d, big[s], desc(wb + kb, lb, 128));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
         }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         const int r0 = tile * BM;
 #pragma unroll
         for (int j = 0; j < N / 8; ++j)
