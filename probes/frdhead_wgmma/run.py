@@ -9,7 +9,7 @@ reruns; a variant that fails is not timed. Each variant runs in a process of its
 faults (a wrong fragment order can) does not take the others with it. Prints a table; writes
 everything to the JSON path.
 
-    source .gpu/env.sh && python probes/frdhead_wgmma/run.py $OUT/frd_wgmma.json
+    source .gpu/env.sh && python probes/frdhead_wgmma/run.py $OUT/frd_wgmma.json [VARIANT ...]
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ VARIANTS.update({
         {"WG": wg, "WSTAGE": ws, "PASSES": p, **({"CS": cs} if cs else {}), "SWZ": swz}, wg,
         4 * (2 * N * K + wg * BM * (K + (0 if swz else 16))))
     for wg, ws, p, cs, swz in ((2, 1, 3, 0, 0), (2, 1, 3, 4, 0), (2, 1, 3, 0, 1),
-                               (3, 1, 3, 4, 1), (3, 1, 3, 2, 1), (3, 1, 1, 4, 1))})
+                               (3, 1, 3, 4, 1), (3, 1, 3, 2, 1), (3, 1, 1, 4, 1),
+                               (2, 2, 3, 0, 1), (2, 2, 1, 0, 1), (3, 2, 3, 4, 1))})
 # plain TF32 is held to this bound instead of the library tolerance (it catches a wrong layout)
 TF32_BOUND = 2e-3
 
@@ -161,7 +162,7 @@ def isolated(script: str, path: str, name: str) -> dict:
     return out
 
 
-def main(path: str) -> None:
+def main(path: str, names: list[str]) -> None:
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1),
@@ -171,7 +172,7 @@ def main(path: str) -> None:
         print(e["B"], "floor %.1f us, library FrdHead forward (both layers) %.1f us" % (
             e["floor_us"], e["library_frdhead_forward_us"]),
             {k: round(v, 1) for k, v in e.items() if k.startswith("cublas")}, flush=True)
-    for name in VARIANTS:
+    for name in names or VARIANTS:
         record["variants"][name] = isolated(__file__, path, name)
         if "crashed" not in record["variants"][name]:
             for m, point in record["variants"][name].get("batches", {}).items():
@@ -204,5 +205,5 @@ if __name__ == "__main__":
         Path(sys.argv[1]).write_text(json.dumps(variant(sys.argv[3])))
     elif len(sys.argv) == 3 and sys.argv[1] == "--profile":  # ncu ... run.py --profile NAME
         profile(sys.argv[2])
-    else:
-        main(sys.argv[1])
+    else:  # run.py OUT.json [VARIANT ...]: the named variants, else all
+        main(sys.argv[1], sys.argv[2:])

@@ -19,7 +19,7 @@
 #define PASSES 3
 #endif
 #ifndef WSTAGE
-#define WSTAGE 1  // w staged by 16-byte loads (0: one float a thread at a time)
+#define WSTAGE 1  // w staged by 16-byte loads (0: one float a thread at a time; 2: see below)
 #endif
 #ifndef CS
 #define CS (K / 8)
@@ -80,11 +80,18 @@ wg_layer_rs(const float* __restrict__ x, const float* __restrict__ w,
     }
 #else
     // 16-byte loads, all of a thread's in flight: physical columns 16c + 4q .. + 3 are logical
-    // (k-step 2c, q), (2c, q + 4), (2c + 1, q), (2c + 1, q + 4)
+    // (k-step 2c, q), (2c, q + 4), (2c + 1, q), (2c + 1, q + 4). WSTAGE 2: lane L takes row
+    // n % 8 = L / 4 and q = L % 4, so a warp's stores hit 32 distinct banks (WSTAGE 1 takes 32
+    // float4 of one row: 8-way conflicts)
 #pragma unroll 8
     for (int e = threadIdx.x; e < N * K / 4; e += NT) {
+#if WSTAGE == 1
         const int n = e / (K / 4), c = (e % (K / 4)) / 4, q = e % 4;
-        const float4 v = __ldg(reinterpret_cast<const float4*>(w) + e);
+#else
+        const int L = e % 32, blk = e / 32;
+        const int n = 8 * (blk % (N / 8)) + L / 4, c = blk / (N / 8), q = L % 4;
+#endif
+        const float4 v = __ldg(reinterpret_cast<const float4*>(w) + n * (K / 4) + 4 * c + q);
         const float vs[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
