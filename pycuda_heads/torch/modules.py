@@ -16,8 +16,8 @@ from torch import Tensor
 
 from ..ops.frd import FrdSoftmaxCE
 from ..ops.frdhead import FrdHead as FrdHeadOp
-from ..ops.pool import PerHorizonAttentionPool
 from ..ops.frdsmall import FrdHeadSmall
+from ..ops.pool import PerHorizonAttentionPool
 from ..ops.resgate import ResidualGate as ResidualGateOp
 from ..step import frd_head
 from .ops import configured, frd_loss, frdhead_forward, pool_forward, resgate_forward
