@@ -326,7 +326,7 @@ class Bench:
             rows.append(self._row(op, label, case.pass_, "floor",
                                   {"median_us": floor_us, "p20_us": floor_us, "p80_us": floor_us},
                                   floor_bytes=fb))
-            reference = None
+            reference, family = None, self._family(op, case)
             for provider, fn in self._calls(op, case, x_lib, x_torch).items():
                 extra: dict[str, Any] = {"floor_bytes": fb}
                 if isinstance(fn, str):
@@ -335,9 +335,9 @@ class Bench:
                     result = self._measure(fn, f"{op} {label} {case.pass_} {provider}")
                     if provider in LIBRARY:
                         extra["config"] = self._config(op, provider, case)
-                        if self._family(op, case) != op:
-                            extra["note"] = (f"runs {self._family(op, case)}'s kernels, as the "
-                                             "library's compositions do at this batch")
+                        if family != op:
+                            extra["note"] = (f"runs {family}'s kernels, as the library's "
+                                             "compositions do at this batch")
                         if "error" not in result:
                             extra["bare_launch_us"] = self._bare_launch_us(fn)
                     single = len(case.kernels) == 1
