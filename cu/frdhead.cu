@@ -1,6 +1,9 @@
 // FRD head: a two-layer MLP from h_t[B, D_IN] to N_HORIZONS x N_ATOMS logits, and its backward
 // in two stages (the softmax-CE gradient between them is frd.cu's):
 //   forward   hidden[B,F] = ReLU(h_t w1^T + b1), logits[B,HA] = hidden w2^T + b2
+//   forward_loss  the forward, then frd.cu's softmax-CE and its gradient over each row's atoms
+//             per horizon, from the logits tile the block keeps in shared memory (one launch,
+//             and the logits are not read back from global memory)
 //   grad_w2   (F.3b) dW2 = G^T hidden, db2 = sum_b G, dhidden = G w2        (G = grad_logits)
 //   grad_w1   (F.3c) dpre = dhidden * [hidden > 0], dW1 = dpre^T h_t, db1 = sum_b dpre,
 //             dh_t = dpre w1
@@ -171,15 +174,46 @@ __device__ __forceinline__ void for_each(float (&acc)[MT][NT][4], F f) {
 // entry and one in a template, would have different linkage (nvcc warning 1556).
 extern __shared__ float4 dynamic_smem[];
 
+// softmax-CE of one (row, horizon) of the logits tile: p = softmax(z), ce = -log(max(p[label],
+// 1e-30)), grad_logits = (p - onehot) * inv_b; label -1: zero row and loss; a label outside
+// [-1, N_ATOMS): NaN. One thread a row, atoms ascending.
+__device__ __forceinline__ void softmax_ce_row(const float* z, int label, float* __restrict__ g,
+                                               float* __restrict__ ce, float inv_b) {
+    float e[N_ATOMS], mx = -INFINITY, sum = 0.f, p_label = 0.f;
+#pragma unroll
+    for (int a = 0; a < N_ATOMS; ++a) mx = fmaxf(mx, z[a]);
+#pragma unroll
+    for (int a = 0; a < N_ATOMS; ++a) {
+        e[a] = expf(z[a] - mx);
+        sum += e[a];
+    }
+    const bool bad = label < -1 || label >= N_ATOMS;
+#pragma unroll
+    for (int a = 0; a < N_ATOMS; ++a) {
+        const float p = e[a] / sum;
+        if (a == label) p_label = p;
+        g[a] = label == -1 ? 0.f : bad ? NAN : (p - (a == label ? 1.f : 0.f)) * inv_b;
+    }
+    *ce = label == -1 ? 0.f : bad ? NAN : -logf(fmaxf(p_label, 1e-30f));
+}
+
 // Forward. Dynamic shared memory (the Python launch computes the same): w1s[ROW_EXT(FRD_HIDDEN)][LDK1],
-// w2s[ROW_EXT(HA)][LDK2], two h_t tiles [BM][LDK1], the hidden tile [BM][LDK2].
+// w2s[ROW_EXT(HA)][LDK2], two h_t tiles [BM][LDK1], the hidden tile [BM][LDK2]; with the loss,
+// the logits tile [BM][HA].
 #define LDK1 LD_ROWS(D_IN)
 #define LDK2 LD_ROWS(FRD_HIDDEN)
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
-                const float* __restrict__ b1, const float* __restrict__ w2,
-                const float* __restrict__ b2, float* __restrict__ hidden,
-                float* __restrict__ logits, const int B)
+template <bool LOSS>
+__device__ __forceinline__ void forward_tiles(const float* __restrict__ h_t,
+                                              const float* __restrict__ w1,
+                                              const float* __restrict__ b1,
+                                              const float* __restrict__ w2,
+                                              const float* __restrict__ b2,
+                                              const int* __restrict__ labels,
+                                              float* __restrict__ hidden,
+                                              float* __restrict__ logits,
+                                              float* __restrict__ grad_logits,
+                                              float* __restrict__ ce, const int B,
+                                              const float inv_b)
 {
     constexpr int EXT1 = ROW_EXT(FRD_HIDDEN), EXT2 = ROW_EXT(HA);
     constexpr int NT1 = EXT1 / (8 * ROW_WN), NT2 = EXT2 / (8 * ROW_WN);
@@ -187,6 +221,7 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
     float* w2s = w1s + EXT1 * LDK1;
     float* xs = w2s + EXT2 * LDK2;
     float* hs = xs + 2 * BM * LDK1;
+    float* ls = hs + BM * LDK2;
     const int r0 = blockIdx.x * CHUNK, r1 = min(B, r0 + CHUNK);
     const int warp = threadIdx.x / 32, wm = warp % ROW_WM, wn = warp / ROW_WM;
 
@@ -230,11 +265,41 @@ frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
             for_each(acc, [&](int m, int n, float v) {
                 m += wm * 16;
                 n += wn * NT2 * 8;
-                if (m < n_rows && n < HA) logits[(size_t)(m0 + m) * HA + n] = v + b2[n];
+                if (m < n_rows && n < HA) {
+                    logits[(size_t)(m0 + m) * HA + n] = v + b2[n];
+                    if (LOSS) ls[m * HA + n] = v + b2[n];
+                }
             });
         }
-        __syncthreads();  // this tile's buffer and hs are rewritten next
+        __syncthreads();  // this tile's buffer and hs are rewritten next; ls is complete
+        if (LOSS) {  // ls is rewritten after the next tile's two barriers
+            for (int q = threadIdx.x; q < n_rows * N_HORIZONS; q += THREADS) {
+                const size_t at = (size_t)m0 * N_HORIZONS + q;  // q = row * N_HORIZONS + horizon
+                softmax_ce_row(ls + q * N_ATOMS, labels[at], grad_logits + at * N_ATOMS, ce + at,
+                               inv_b);
+            }
+        }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+frdhead_forward(const float* __restrict__ h_t, const float* __restrict__ w1,
+                const float* __restrict__ b1, const float* __restrict__ w2,
+                const float* __restrict__ b2, float* __restrict__ hidden,
+                float* __restrict__ logits, const int B)
+{
+    forward_tiles<false>(h_t, w1, b1, w2, b2, nullptr, hidden, logits, nullptr, nullptr, B, 0.f);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+frdhead_forward_loss(const float* __restrict__ h_t, const float* __restrict__ w1,
+                     const float* __restrict__ b1, const float* __restrict__ w2,
+                     const float* __restrict__ b2, const int* __restrict__ labels,
+                     float* __restrict__ hidden, float* __restrict__ logits,
+                     float* __restrict__ grad_logits, float* __restrict__ ce, const int B,
+                     const float inv_b)
+{
+    forward_tiles<true>(h_t, w1, b1, w2, b2, labels, hidden, logits, grad_logits, ce, B, inv_b);
 }
 
 // One backward stage over the block's CHUNK rows of A[B][M] (zeroed where mask <= 0): the

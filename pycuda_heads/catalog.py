@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from . import ops
 from .core.spec import Dims, KernelSpec
-from .records import FWD_BWD
+from .records import FWD_BWD, FWD_LOSS_BWD
 
 # The model size every suite shape is measured at.
 SUITE_TEMPLATE = {"N_HORIZONS": 5, "HIDDEN_DIM": 128, "N_ATOMS": 21, "D_IN": 128, "FRD_HIDDEN": 128}
@@ -27,6 +27,8 @@ class BenchCase:
     kernels: tuple[KernelSpec, ...]
     #: template constants that differ from the suite template (a wide model size)
     over: Dims = field(default_factory=dict)
+    #: the same work unfused, where ``kernels`` start with a fused one (``KernelSpec.fuses``)
+    separate: tuple[KernelSpec, ...] = ()
 
     @property
     def template(self) -> dict[str, int]:
@@ -41,6 +43,10 @@ class BenchCase:
         """fwd+bwd is the sum of its passes: the rest of the network runs between them, so the
         backward reads its inputs again."""
         return sum(k.floor_bytes(k.template(self.template), self.shape) for k in self.kernels)
+
+    def flops(self) -> int:
+        """Floating-point operations of the kernels' declared matrix products."""
+        return sum(k.flops(k.template(self.template), self.shape) for k in self.kernels)
 
 
 class Catalog:
@@ -89,7 +95,9 @@ class Catalog:
     def bench_cases(self) -> list[BenchCase]:
         """Per family and suite shape: each kernel's pass, then fwd+bwd where the family has a
         forward and backward stages (every other kernel, in declaration order, but a fused
-        forward such as ``forward_loss``, a pass of its own)."""
+        forward such as ``forward_loss``, a pass of its own), and fwd+loss+bwd where a forward
+        fuses other kernels: it and the backward stages, beside the kernels it fuses and the
+        backward stages (``BenchCase.separate``)."""
         out = []
         for family, specs in self.families().items():
             entries = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
@@ -103,13 +111,18 @@ class Catalog:
                     backward = tuple(k for k in specs if not k.role.startswith("forward"))
                     out.append(BenchCase(family, FWD_BWD, shape, (roles["forward"], *backward),
                                          over))
+                    out += [BenchCase(family, FWD_LOSS_BWD, shape, (k, *backward), over,
+                                      tuple(self[f] for f in k.fuses) + backward)
+                            for k in specs if k.fuses]
         return out
 
     def family_inputs(self, family: str, template: Mapping[str, int], shape: Dims,
                       seed: int = 0) -> dict[str, Any]:
-        """Every tensor the family's kernels read (one draw per name, shared by its kernels)."""
+        """Every tensor the family's kernels read, and the kernels they fuse (one draw per name,
+        shared by its kernels)."""
+        specs = self.families()[family]
         out: dict[str, Any] = {}
-        for spec in self.families()[family]:
+        for spec in (*specs, *(self[f] for k in specs for f in k.fuses)):
             out.update(spec.make_inputs(spec.template(template), shape, seed))
         return out
 

@@ -36,8 +36,15 @@ COMMIT_ENV = "PYCUDA_HEADS_COMMIT"
 # A timing whose p80/p20 spread is above this is noisy: the bench measures it again, and the
 # report marks it if it stays so.
 NOISY_SPREAD = 1.5
-# The pass name of a forward and backward timed together.
+# The pass name of a forward and backward timed together, and of a forward fused with its loss
+# (``KernelSpec.fuses``) timed with the backward.
 FWD_BWD = "fwd+bwd"
+FWD_LOSS_BWD = "fwd+loss+bwd"
+# Bench providers beside the library's and the peers': a fused pass's kernels run unfused (the
+# tuned ops one after the other), and the time the pass's matrix products take at the tensor
+# cores' measured rate.
+SEPARATE = "separate"
+COMPUTE_FLOOR = "compute_floor"
 # Bench ops beside the kernel families, written by perf and read by report: the composed head
 # step, and the empty kernel launch (its own provider too) the small shapes are measured against.
 STEP_OP = "step"

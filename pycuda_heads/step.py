@@ -150,7 +150,7 @@ PARAMS = {"q_h": ("H", "D"), "w_res": ("H", "D"), "bias_res": ("H",), "alpha": (
 DATA = {"ln": ("B", "K", "D"), "h_t": ("B", "D"), "base": ("B", "H"), "y": ("B", "H"),
         "labels": ("B", "H")}
 _INT_DATA = {"labels"}
-TRAIN_OPS = ("pool", "resgate", "frdhead", "frdsmall", "frd", "headloss", "multiadam")
+TRAIN_OPS = ("pool", "resgate", "frdhead", "frdsmall", "headloss", "multiadam")
 #: batches at or below which the step runs the FRD head's small-batch kernels (``FrdHeadSmall``,
 #: when D and F are at most 1024): fwd+bwd on the H200 at B = 1024, 38.9 us against FrdHead's
 #: 84.1 (both tuned), and a fraction of its time below
@@ -183,8 +183,8 @@ class TrainStep(_Captured):
 
     ``launch`` maps an op family of ``TRAIN_OPS`` to its kernels' launch parameters. The FRD
     head is ``FrdHeadSmall`` (key ``frdsmall``) at B <= ``SMALL_BATCH``, else ``FrdHead`` (key
-    ``frdhead``); the other key's entry is not used. With ``FrdHeadSmall`` the FRD forward and
-    softmax-CE are its one ``forward_loss`` launch (the ``frd`` key is then not used either).
+    ``frdhead``); the other key's entry is not used. The FRD forward and softmax-CE are the
+    head's one ``forward_loss`` launch.
     """
 
     def __init__(self, n_horizons: int, hidden_dim: int, batch: int, seq_len: int, *,
@@ -199,7 +199,7 @@ class TrainStep(_Captured):
         head = frd_head(batch, hidden_dim, frd_hidden)
         self.head = head(hidden_dim, frd_hidden, n_horizons, n_atoms,
                          launch=launch.get(head.FAMILY))
-        self.frd = FrdSoftmaxCE(n_horizons, n_atoms, launch=launch.get("frd"))
+        self.frd = FrdSoftmaxCE(n_horizons, n_atoms)  # its host label check (``feed``)
         self.loss = HeadLoss(n_horizons, n_atoms, frd_weight, launch=launch.get("headloss"))
         self.adam = MultiAdam(lr, *betas, eps, launch=launch.get("multiadam"))
         self.dims = {"B": batch, "K": seq_len, "H": n_horizons, "D": hidden_dim,
@@ -300,14 +300,8 @@ class TrainStep(_Captured):
     def _launch(self, s: Any) -> dict[str, Any]:
         x, p, side = self.inputs, self.params, self._side
         self._hand(s, side, "fork")
-        if isinstance(self.head, FrdHeadSmall):  # forward and softmax-CE: one launch
-            hidden, logits, grad_logits, ce = self.head.forward_loss(
-                x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"], x["labels"], stream=side)
-        else:
-            hidden, logits = self.head.forward(x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"],
-                                               stream=side)
-            grad_logits, ce = self.frd.softmax_ce_grad(logits, x["labels"], check_labels=False,
-                                                       stream=side)
+        hidden, logits, grad_logits, ce = self.head.forward_loss(
+            x["h_t"], p["w1"], p["b1"], p["w2"], p["b2"], x["labels"], stream=side)
         ctx, attn = self.pool.forward(p["q_h"], x["ln"], stream=s)
         out, residual = self.resgate.forward(ctx, p["w_res"], p["bias_res"], x["base"],
                                              p["alpha"], stream=s)

@@ -260,7 +260,8 @@ def test_bench_runs_the_frd_head_as_the_compositions_do(tmp_path: Path,
                     commit="abc1234", cat=cat)
     with b.run().open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["provider"] in ("tuned", "default")]
-    assert families == ["frdsmall", "frdsmall", "frdhead", "frdhead"]  # per provider and batch
+    # per provider and batch; frd once, for the fused pass's separate ops
+    assert families == ["frdsmall", "frdsmall", "frd", "frdhead", "frdhead"]
     assert {r["op"] for r in rows} == {"frdhead"}
     for r in rows:
         routed = r["shape"] == f"B={step.SMALL_BATCH}"
@@ -840,3 +841,62 @@ def test_search_quality_section_and_curves_from_stored_data(tmp_path: Path) -> N
     assert row[3:] == ["52290", "812", "100", "95.2%", "1.05x", "tpe 1/2; tpe-valid 0/2 (1 censored)"]
     plot = "quality_pool-forward-hidden-dim-128-n-horizons-5-b-4096-k-256.png"
     assert f"![{plot}]({plot})" in section and (gpu_dir / plot).is_file()
+
+
+def test_flops_by_hand() -> None:
+    """The FRD head's six products at the suite model (D_in = F = 128, H*A = 105)."""
+    cases = {(c.pass_, c.shape["B"]): c for c in catalog().bench_cases() if c.op == "frdhead"}
+    per_row = 2 * (128 * 128 + 105 * 128)  # one forward: layer 1, layer 2
+    assert cases[("forward", 65536)].flops() == 65536 * per_row
+    assert cases[("fwd+bwd", 65536)].flops() == 3 * 65536 * per_row
+    assert cases[("fwd+loss+bwd", 65536)].flops() == 3 * 65536 * per_row
+    assert round(cases[("fwd+bwd", 65536)].flops() / 1e9, 1) == 11.7
+    assert not [c for c in catalog().bench_cases() if c.op == "pool" and c.flops()]
+
+
+def test_bench_writes_the_compute_floor_and_a_fused_pass_beside_its_separate_ops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Peers:  # the float64 references in place of torch
+        torch = None
+
+        def reset(self) -> None:
+            pass
+
+        def to_torch(self, x: dict, device: str) -> dict:
+            return dict(x)
+
+        def call(self, spec: Any, x: dict, compiled: bool) -> Any:
+            return lambda: spec.reference(*(x[n] for n in spec.reads))
+
+        def max_rel_err(self, library: Any, peer: Any) -> float:
+            return 0.0
+
+    class RateHarness(FakeHarness):
+        def tf32_tflops(self, peers: Any, reps: int) -> float:
+            return 200.0
+
+    monkeypatch.setattr(bench, "_load_peers", lambda device: (Peers(), "fake", ""))
+    shape = {"B": step.SMALL_BATCH + 1}
+    cat = type(catalog())(dataclasses.replace(s, suite=(shape,)) if s.family == "frdhead"
+                          else s for s in catalog())
+    b = bench.Bench(RateHarness(), ["frdhead"], quick=False, out_root=tmp_path,
+                    commit="abc1234", cat=cat)
+    with b.run().open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    flops = {c.pass_: c.flops() for c in cat.bench_cases() if c.op == "frdhead"}
+    compute = {r["pass"]: r for r in rows if r["provider"] == "compute_floor"}
+    assert set(compute) == set(flops)
+    for pass_, row in compute.items():
+        assert float(row["median_us"]) == pytest.approx(3 * flops[pass_] / 200e6, rel=1e-5)
+        assert row["note"].endswith(" at 200 TFLOP/s")
+    fused = {r["provider"]: r for r in rows if r["pass"] == "fwd+loss+bwd"}
+    assert set(fused) == {"floor", "compute_floor", "tuned", "default", "separate",
+                          "torch_eager", "torch_compile"}
+    assert sorted(json.loads(fused["separate"]["config"])) == [
+        "forward", "frd.softmax_ce_grad", "grad_w1", "grad_w2"]
+    assert sorted(json.loads(fused["tuned"]["config"])) == ["forward_loss", "grad_w1", "grad_w2"]
+    readme = report.build(tmp_path / "fake-gpu").read_text()
+    label = f"B={shape['B']}"
+    assert table_row(readme, label, "10.0", "10.0", "1.00x")  # fused, separate, their ratio
+    assert "at cuBLAS's TF32 rate of this run (200 TFLOP/s)" in readme
+    assert table_row(readme, label, "fwd+loss+bwd", "10.0")

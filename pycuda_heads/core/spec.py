@@ -106,6 +106,11 @@ class KernelSpec:
     bench_pass: str = ""
     #: folder of the family's .cu file; None: the package's own sources
     source_dir: Path | None = None
+    #: the matrix products the kernel computes, each (M, N, K) in axis letters; letters
+    #: written together multiply ("HA" is H * A). 2 M N K floating-point operations each.
+    products: tuple[tuple[str, str, str], ...] = ()
+    #: the kernels this one does the work of in one launch (ids, in the order they would run)
+    fuses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         missing = [n for n in (*self.reads, *self.writes) if n not in self.tensors]
@@ -160,6 +165,12 @@ class KernelSpec:
         dims = self.dims(template, shape)
         moved = [*self.reads, *(w for w in self.writes if w not in self.passthrough)]
         return sum(self.tensors[n].nbytes(dims) for n in moved)
+
+    def flops(self, template: Dims, shape: Dims) -> int:
+        """Floating-point operations of the declared products (0 where none is declared)."""
+        dims = self.dims(template, shape)
+        return sum(2 * math.prod(math.prod(dims[a] for a in axes) for axes in product)
+                   for product in self.products)
 
     def make_inputs(self, template: Dims, shape: Dims, seed: int = 0) -> dict[str, np.ndarray]:
         """Random, never-zero inputs of this kernel. Each tensor is drawn from a generator

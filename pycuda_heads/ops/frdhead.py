@@ -1,7 +1,11 @@
 """The FRD head (cu/frdhead.cu): hidden = ReLU(h_t w1^T + b1), logits = hidden w2^T + b2 over
 N_HORIZONS x N_ATOMS return atoms, and its two backward stages around the softmax-CE gradient
 of ``FrdSoftmaxCE``: grad_w2 (F.3b: dW2, db2, dhidden) and grad_w1 (F.3c: dW1, db1, dh_t through
-the ReLU mask). Weight gradients are per-block scratch rows summed by one reduce_axis0."""
+the ReLU mask). Weight gradients are per-block scratch rows summed by one reduce_axis0.
+
+``forward_loss`` is the forward fused with the FRD loss (``FrdSoftmaxCE.softmax_ce_grad``, the
+same math) on the logits tile a block keeps in shared memory: one launch where there were two,
+and the logits are not read back from global memory."""
 from __future__ import annotations
 
 import math
@@ -14,6 +18,7 @@ from ..core.arrays import Inputs, empty, wrap
 from ..core.op import Op
 from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, draw_labels
+from .frd import torch_softmax_ce_grad
 from .reduce import reducer
 
 THREADS = 256
@@ -45,6 +50,11 @@ def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return 4 * ((_row_ext(f, bm) + 2 * bm) * _ld_rows(d) + (_row_ext(ha, bm) + bm) * _ld_rows(f))
 
 
+def forward_loss_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The forward's, and the logits tile."""
+    return forward_shared_bytes(p, env) + 4 * p["BM"] * env["N_HORIZONS"] * env["N_ATOMS"]
+
+
 def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int, masked: bool) -> int:
     """A backward stage over A[B, m], X[B, n], W[m, n]: W, then two A, two X (and two mask)
     tiles."""
@@ -69,12 +79,16 @@ _KNOBS = {"BM": (16, 32, 64), "CHUNK": (64, 128, 256, 512, 1024, 2048)}
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 _CHUNK_RULE = "CHUNK % BM == 0"
 
+_FORWARD_RULES = (_CHUNK_RULE,
+                  "(FRD_HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
+                  "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16")
 FORWARD_SPACE = KernelSpace(
     kernel="frdhead.forward", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
-    restrictions=(_CHUNK_RULE,
-                  "(FRD_HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
-                  "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16"),
-    launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
+    restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
+FORWARD_LOSS_SPACE = KernelSpace(
+    kernel="frdhead.forward_loss", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
+    restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH,
+    shared_bytes=forward_loss_shared_bytes)
 
 GRAD_W2_SPACE = KernelSpace(
     kernel="frdhead.grad_w2", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
@@ -91,6 +105,9 @@ FORWARD_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", 
                         b2=("H", "A"))
 GRAD_W2_INPUTS = Inputs(hidden=("B", "F"), w2=("H", "A", "F"), grad_logits=("B", "H", "A"))
 GRAD_W1_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), hidden=("B", "F"), dhidden=("B", "F"))
+LOSS_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"), b2=("H", "A"),
+                     labels=(("B", "H"), np.int32))
+LOSS_NAMES = tuple(name for name, *_ in LOSS_INPUTS.args)
 
 
 class FrdHead(Op):
@@ -103,7 +120,7 @@ class FrdHead(Op):
     """
 
     FAMILY = "frdhead"
-    SPACES = by_role(FORWARD_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
+    SPACES = by_role(FORWARD_SPACE, FORWARD_LOSS_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
 
     @classmethod
     def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
@@ -125,13 +142,39 @@ class FrdHead(Op):
         (h_t, w1, b1, w2, b2), dims = FORWARD_INPUTS.adapt(self._checked, self.bound,
                                                             h_t, w1, b1, w2, b2)
         b = dims["B"]
-        plan = self.plan("forward", {"B": b}, lambda p: (
-            (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), forward_shared_bytes(p, self.template)))
+        plan = self.plan("forward", {"B": b}, self._forward_geometry(b))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
         plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
                     w2=w2.gpudata, b2=b2.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
                     B=b, shared=plan.shared, stream=stream)
         return hidden, logits
+
+    def forward_loss(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, labels: Any, *,
+                     stream: Any = None) -> tuple[Any, Any, Any, Any]:
+        """The forward and the FRD loss in one launch: hidden[B, F], logits[B, H, A], and
+        ``FrdSoftmaxCE.softmax_ce_grad``'s grad_logits[B, H, A] = (softmax - onehot) / B and
+        ce[B, H] (label -1: zero row and loss). Labels are not checked here: a label outside
+        [-1, A) makes its row NaN."""
+        (h_t, w1, b1, w2, b2, labels), dims = LOSS_INPUTS.adapt(
+            self._checked, self.bound, h_t, w1, b1, w2, b2, labels)
+        b, h, a = dims["B"], self.n_horizons, self.n_atoms
+        plan = self.plan("forward_loss", {"B": b}, self._forward_loss_geometry(b))
+        hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
+        ce = empty((b, h))
+        plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
+                    w2=w2.gpudata, b2=b2.gpudata, labels=labels.gpudata, hidden=hidden.gpudata,
+                    logits=logits.gpudata, grad_logits=grad_logits.gpudata, ce=ce.gpudata, B=b,
+                    inv_b=1.0 / b, shared=plan.shared, stream=stream)
+        return hidden, logits, grad_logits, ce
+
+    # (grid, block, shared bytes) of the forward kernels at batch b, from launch parameters p
+    def _forward_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+        return lambda p: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1),
+                          forward_shared_bytes(p, self.template))
+
+    def _forward_loss_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+        return lambda p: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1),
+                          forward_loss_shared_bytes(p, self.template))
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:
@@ -335,6 +378,71 @@ TENSORS = {"h_t": Tensor(("B", "I")), "w1": Tensor(("F", "I"), draw=draw_weights
            "dhidden": Tensor(("B", "F")), "grad_w1": Tensor(("F", "I")),
            "grad_b1": Tensor(("F",)), "grad_w2": Tensor(("H", "A", "F")),
            "grad_b2": Tensor(("H", "A")), "grad_h_t": Tensor(("B", "I"))}
+LOSS_TENSORS = {**TENSORS,
+                 "labels": Tensor(("B", "H"), dtype="int32", draw=draw_labels),
+                 "ce": Tensor(("B", "H"))}
+
+
+def spec_tensor(name: str, rng: np.random.Generator, template: Mapping[str, int],
+                b: int) -> np.ndarray:
+    """One input of forward_loss at batch ``b``, drawn as its declaration draws it."""
+    t = LOSS_TENSORS[name]
+    dims = {"B": b, "I": template["D_IN"], "F": template["FRD_HIDDEN"],
+            "H": template["N_HORIZONS"], "A": template["N_ATOMS"]}
+    return np.ascontiguousarray(t.draw(rng, t.shape(dims), dims), dtype=t.dtype)
+
+
+def forward_loss_reference(h_t: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
+                           b2: np.ndarray, labels: np.ndarray, dtype: type = np.float64) -> tuple:
+    """hidden, logits, grad_logits and ce in ``dtype``: the FRD head's forward, then the
+    softmax-CE, each from its own reference."""
+    hidden, logits = ref.frdhead_forward(h_t, w1, b1, w2, b2, dtype=dtype)
+    return (hidden, logits, *ref.frd_softmax_ce_grad(logits, labels, dtype=dtype))
+
+
+def torch_forward_loss(torch: Any, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any,
+                       labels: Any) -> tuple[Any, ...]:
+    """The head's peer, then ``FrdSoftmaxCE``'s."""
+    hidden, logits = torch_forward(torch, h_t, w1, b1, w2, b2)
+    return (hidden, logits, *torch_softmax_ce_grad(torch, logits, labels))
+
+
+def forward_loss_oracles(make_op: Callable[[Mapping[str, int]], Any],
+                         template: Mapping[str, int]) -> dict:
+    """Central differences of the loss sum(ce) / B (float64 over the kernel's ce) against the
+    gradient it sends back, at B=3 (two blocks at the default ROWS) and B=300, labels -1 among
+    them: in the 8 entries of b2 of largest gradient against grad_logits summed over the batch
+    (b2 shifts every row's logits). ``sentinel_rows``: rows labelled -1 have zero grad_logits
+    and ce, and their h_t moves no loss."""
+    h, a = template["N_HORIZONS"], template["N_ATOMS"]
+    rng = np.random.default_rng(2036)
+    op, worst, sentinel_ok = make_op(template), 0.0, True
+    for b in (3, 300):
+        x = {n: spec_tensor(n, rng, template, b) for n in LOSS_NAMES}
+        x["labels"][-1] = -1  # a row with no realised horizon
+
+        def loss(x: dict = x, **over: np.ndarray) -> float:
+            args = {**x, **over}
+            ce = op.forward_loss(*(args[n] for n in LOSS_NAMES))[3].get()
+            return float(ce.astype(np.float64).sum() / b)
+
+        _, _, grad_logits, ce = (v.get() for v in op.forward_loss(*(x[n] for n in LOSS_NAMES)))
+        sentinel_ok &= bool((grad_logits[-1] == 0).all() and (ce[-1] == 0).all())
+        moved = x["h_t"].copy()
+        moved[-1] += np.float32(1)
+        sentinel_ok &= loss(h_t=moved) == loss()
+        grad_b2 = grad_logits.astype(np.float64).sum(axis=0)
+        for i in np.argsort(-np.abs(grad_b2), axis=None)[:8]:
+            at, want = np.unravel_index(i, (h, a)), float(grad_b2.flat[i])
+            plus, minus = x["b2"].copy(), x["b2"].copy()
+            plus[at] += np.float32(2e-2)
+            minus[at] -= np.float32(2e-2)
+            num = (loss(b2=plus) - loss(b2=minus)) / (float(plus[at]) - float(minus[at]))
+            worst = max(worst, abs(num - want) / abs(want))
+    return {"loss_numgrad": {"passed": worst <= 2e-2, "max_rel_err": worst},
+            "sentinel_rows": {"passed": sentinel_ok}}
+
+
 SUITE = ({"B": 1024}, {"B": 16384}, {"B": 65536})
 # Odd shapes: B=1, B not a multiple of any tile, D_in and F not multiples of 4 or 32, H=1.
 GRID = (({}, {"B": 1}), ({}, {"B": 333}), ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B": 97}),
@@ -343,14 +451,24 @@ GRID = (({}, {"B": 1}), ({}, {"B": 333}), ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B":
 _COMMON_SPEC = dict(op=FrdHead, template_keys=("D_IN", "FRD_HIDDEN", "N_HORIZONS", "N_ATOMS"),
                     tensors=TENSORS, suite=SUITE, grid=GRID, oracles=oracles)
 
+# (M, N, K) of each stage's products: layer 1 and layer 2; dW2 and dhidden; dW1 and dh_t.
+FORWARD_PRODUCTS = (("B", "F", "I"), ("B", "HA", "F"))
 SPECS = (
     KernelSpec(method="forward", space=FORWARD_SPACE,
                reads=("h_t", "w1", "b1", "w2", "b2"), writes=("hidden", "logits"),
-               reference=ref.frdhead_forward, peer=torch_forward, **_COMMON_SPEC),
+               reference=ref.frdhead_forward, peer=torch_forward, products=FORWARD_PRODUCTS,
+               **_COMMON_SPEC),
+    KernelSpec(method="forward_loss", space=FORWARD_LOSS_SPACE,
+               reads=LOSS_NAMES, writes=("hidden", "logits", "grad_logits", "ce"),
+               reference=forward_loss_reference, peer=torch_forward_loss,
+               products=FORWARD_PRODUCTS, fuses=("frdhead.forward", "frd.softmax_ce_grad"),
+               **{**_COMMON_SPEC, "tensors": LOSS_TENSORS, "oracles": forward_loss_oracles}),
     KernelSpec(method="grad_w2", space=GRAD_W2_SPACE,
                reads=("hidden", "w2", "grad_logits"), writes=("grad_w2", "grad_b2", "dhidden"),
-               reference=ref.frdhead_grad_w2, peer=torch_grad_w2, **_COMMON_SPEC),
+               reference=ref.frdhead_grad_w2, peer=torch_grad_w2,
+               products=(("HA", "F", "B"), ("B", "F", "HA")), **_COMMON_SPEC),
     KernelSpec(method="grad_w1", space=GRAD_W1_SPACE,
                reads=("h_t", "w1", "hidden", "dhidden"), writes=("grad_w1", "grad_b1", "grad_h_t"),
-               reference=ref.frdhead_grad_w1, peer=torch_grad_w1, **_COMMON_SPEC),
+               reference=ref.frdhead_grad_w1, peer=torch_grad_w1,
+               products=(("F", "I", "B"), ("B", "I", "F")), **_COMMON_SPEC),
 )

@@ -2,24 +2,18 @@
 (forward, grad_w2 = F.3b, grad_w1 = F.3c), with the same arguments and results, for batches too
 small to fill the GPU with ``FrdHead``'s row chunks. The work is spread over output elements in
 FP32 FMAs; the weight gradients come out of the kernel whole (no scratch, no reduce), so each
-stage is one launch. It shares ``FrdHead``'s inputs, tensors and oracles: the same head.
-
-``forward_loss`` is the forward fused with the FRD loss (``FrdSoftmaxCE.softmax_ce_grad``, the
-same math) on logits that never leave the block: one launch where there were two."""
+stage is one launch. It shares ``FrdHead``'s methods, inputs, tensors and oracles: the same head.
+Its ``forward_loss`` keeps a block's rows' logits in shared memory for the loss, as FrdHead's."""
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-import numpy as np
-
-from .. import reference as ref
-from ..core.arrays import Inputs, empty
+from ..core.arrays import empty
 from ..core.space import KernelSpace, by_role
-from ..core.spec import KernelSpec, Tensor, draw_labels
 from . import frdhead
-from .frdhead import FORWARD_INPUTS, GRAD_W1_INPUTS, GRAD_W2_INPUTS, FrdHead, _split
+from .frdhead import GRAD_W1_INPUTS, GRAD_W2_INPUTS, FrdHead, _split
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -87,40 +81,13 @@ class FrdHeadSmall(FrdHead):
                                  "(FrdHead takes any size)")
         super().__init__(d_in, hidden, n_horizons, n_atoms, launch)
 
-    def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
-                stream: Any = None) -> tuple[Any, Any]:
-        """hidden[B, F] (kept for the backward) and logits[B, H, A] as GPUArrays."""
-        (h_t, w1, b1, w2, b2), dims = FORWARD_INPUTS.adapt(self._checked, self.bound,
-                                                            h_t, w1, b1, w2, b2)
-        b = dims["B"]
-        plan = self.plan("forward", {"B": b}, lambda p: (
-            (-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
-            forward_shared_bytes(p, self.template)))
-        hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
-        plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
-                    w2=w2.gpudata, b2=b2.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
-                    B=b, shared=plan.shared, stream=stream)
-        return hidden, logits
+    def _forward_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+        return lambda p: ((-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
+                          forward_shared_bytes(p, self.template))
 
-    def forward_loss(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, labels: Any, *,
-                     stream: Any = None) -> tuple[Any, Any, Any, Any]:
-        """The forward and the FRD loss in one launch: hidden[B, F], logits[B, H, A], and
-        ``FrdSoftmaxCE.softmax_ce_grad``'s grad_logits[B, H, A] = (softmax - onehot) / B and
-        ce[B, H] (label -1: zero row and loss). Labels are not checked here: a label outside
-        [-1, A) makes its row NaN."""
-        (h_t, w1, b1, w2, b2, labels), dims = LOSS_INPUTS.adapt(
-            self._checked, self.bound, h_t, w1, b1, w2, b2, labels)
-        b, h, a = dims["B"], self.n_horizons, self.n_atoms
-        plan = self.plan("forward_loss", {"B": b}, lambda p: (
-            (-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
-            forward_loss_shared_bytes(p, self.template)))
-        hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
-        ce = empty((b, h))
-        plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
-                    w2=w2.gpudata, b2=b2.gpudata, labels=labels.gpudata, hidden=hidden.gpudata,
-                    logits=logits.gpudata, grad_logits=grad_logits.gpudata, ce=ce.gpudata, B=b,
-                    inv_b=1.0 / b, shared=plan.shared, stream=stream)
-        return hidden, logits, grad_logits, ce
+    def _forward_loss_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+        return lambda p: ((-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
+                          forward_loss_shared_bytes(p, self.template))
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:
@@ -157,94 +124,16 @@ class FrdHeadSmall(FrdHead):
             shared_bytes(p, self.template)))
 
 
-LOSS_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"), b2=("H", "A"),
-                     labels=(("B", "H"), np.int32))
-_LOSS_TENSORS = {**frdhead.TENSORS,
-                 "labels": Tensor(("B", "H"), dtype="int32", draw=draw_labels),
-                 "ce": Tensor(("B", "H"))}
-LOSS_NAMES = tuple(name for name, *_ in LOSS_INPUTS.args)
-
-
-def spec_tensor(name: str, rng: np.random.Generator, template: Mapping[str, int],
-                b: int) -> np.ndarray:
-    """One input of forward_loss at batch ``b``, drawn as its declaration draws it."""
-    t = _LOSS_TENSORS[name]
-    dims = {"B": b, "I": template["D_IN"], "F": template["FRD_HIDDEN"],
-            "H": template["N_HORIZONS"], "A": template["N_ATOMS"]}
-    return np.ascontiguousarray(t.draw(rng, t.shape(dims), dims), dtype=t.dtype)
-
-
-def forward_loss_reference(h_t: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
-                           b2: np.ndarray, labels: np.ndarray, dtype: type = np.float64) -> tuple:
-    """hidden, logits, grad_logits and ce in ``dtype``: the FRD head's forward, then the
-    softmax-CE, each from its own reference."""
-    hidden, logits = ref.frdhead_forward(h_t, w1, b1, w2, b2, dtype=dtype)
-    return (hidden, logits, *ref.frd_softmax_ce_grad(logits, labels, dtype=dtype))
-
-
-def torch_forward_loss(torch: Any, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any,
-                       labels: Any) -> tuple[Any, ...]:
-    """The same math in torch ops (gather, not the 3-d cross-entropy, whose path takes
-    atomics)."""
-    hidden, logits = frdhead.torch_forward(torch, h_t, w1, b1, w2, b2)
-    live, safe = labels >= 0, labels.long().clamp_min(0)
-    p = torch.softmax(logits, dim=-1)
-    onehot = torch.nn.functional.one_hot(safe, logits.shape[-1]).to(p.dtype)
-    grad = torch.where(live.unsqueeze(-1), (p - onehot) / h_t.shape[0], 0.0)
-    p_label = p.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-    ce = torch.where(live, -torch.log(p_label.clamp_min(ref.CE_FLOOR)), 0.0)
-    return hidden, logits, grad, ce
-
-
-def forward_loss_oracles(make_op: Callable[[Mapping[str, int]], Any],
-                         template: Mapping[str, int]) -> dict:
-    """Central differences of the loss sum(ce) / B (float64 over the kernel's ce) against the
-    gradient it sends back, at B=3 (two blocks at the default ROWS) and B=300, labels -1 among
-    them: in the 8 entries of b2 of largest gradient against grad_logits summed over the batch
-    (b2 shifts every row's logits). ``sentinel_rows``: rows labelled -1 have zero grad_logits
-    and ce, and their h_t moves no loss."""
-    h, a = template["N_HORIZONS"], template["N_ATOMS"]
-    rng = np.random.default_rng(2036)
-    op, worst, sentinel_ok = make_op(template), 0.0, True
-    for b in (3, 300):
-        x = {n: spec_tensor(n, rng, template, b) for n in LOSS_NAMES}
-        x["labels"][-1] = -1  # a row with no realised horizon
-
-        def loss(x: dict = x, **over: np.ndarray) -> float:
-            args = {**x, **over}
-            ce = op.forward_loss(*(args[n] for n in LOSS_NAMES))[3].get()
-            return float(ce.astype(np.float64).sum() / b)
-
-        _, _, grad_logits, ce = (v.get() for v in op.forward_loss(*(x[n] for n in LOSS_NAMES)))
-        sentinel_ok &= bool((grad_logits[-1] == 0).all() and (ce[-1] == 0).all())
-        moved = x["h_t"].copy()
-        moved[-1] += np.float32(1)
-        sentinel_ok &= loss(h_t=moved) == loss()
-        grad_b2 = grad_logits.astype(np.float64).sum(axis=0)
-        for i in np.argsort(-np.abs(grad_b2), axis=None)[:8]:
-            at, want = np.unravel_index(i, (h, a)), float(grad_b2.flat[i])
-            plus, minus = x["b2"].copy(), x["b2"].copy()
-            plus[at] += np.float32(2e-2)
-            minus[at] -= np.float32(2e-2)
-            num = (loss(b2=plus) - loss(b2=minus)) / (float(plus[at]) - float(minus[at]))
-            worst = max(worst, abs(num - want) / abs(want))
-    return {"loss_numgrad": {"passed": worst <= 2e-2, "max_rel_err": worst},
-            "sentinel_rows": {"passed": sentinel_ok}}
-
-
 SUITE = ({"B": 2}, {"B": 256}, {"B": 1024})
-#: FrdHead's kernels (tensors, references, peers, oracles, odd-shape grid) run by this op, and
-#: the fused forward and loss of the training step
-SPECS = (*(replace(spec, op=FrdHeadSmall, space=FrdHeadSmall.SPACES[spec.method], suite=SUITE)
-           for spec in frdhead.SPECS),
-         KernelSpec(op=FrdHeadSmall, method="forward_loss", space=FORWARD_LOSS_SPACE,
-                    template_keys=("D_IN", "FRD_HIDDEN", "N_HORIZONS", "N_ATOMS"),
-                    tensors=_LOSS_TENSORS, reads=LOSS_NAMES,
-                    writes=("hidden", "logits", "grad_logits", "ce"),
-                    reference=forward_loss_reference, peer=torch_forward_loss,
-                    oracles=forward_loss_oracles, suite=SUITE,
-                    # odd shapes: one row, two blocks, atoms over a warp, H=1, odd D_in and F
-                    grid=(({}, {"B": 1}), ({}, {"B": 3}), ({}, {"B": 333}),
-                          ({"N_ATOMS": 51}, {"B": 5}), ({"N_HORIZONS": 1, "N_ATOMS": 11},
-                                                       {"B": 4}),
-                          ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B": 97}))))
+#: FrdHead's kernels (tensors, references, peers, oracles, products) run by this op; the fused
+#: forward and loss of the training step has odd shapes of its own
+SPECS = tuple(
+    replace(spec, op=FrdHeadSmall, space=FrdHeadSmall.SPACES[spec.method], suite=SUITE)
+    if not spec.fuses else
+    replace(spec, op=FrdHeadSmall, space=FORWARD_LOSS_SPACE, suite=SUITE,
+            fuses=("frdsmall.forward", "frd.softmax_ce_grad"),
+            # one row, two blocks, atoms over a warp, H=1, odd D_in and F
+            grid=(({}, {"B": 1}), ({}, {"B": 3}), ({}, {"B": 333}), ({"N_ATOMS": 51}, {"B": 5}),
+                  ({"N_HORIZONS": 1, "N_ATOMS": 11}, {"B": 4}),
+                  ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B": 97})))
+    for spec in frdhead.SPECS)

@@ -11,6 +11,10 @@ Providers, measured side by side in one process on one GPU:
                  importable; without torch no peer rows are written and the report says so
   torch_compile  the same functions through ``torch.compile(dynamic=False)``, compiled per shape
   floor          bytes that must move / device copy bandwidth measured in this run
+  compute_floor  a pass's declared matrix products (``KernelSpec.products``) in 3xTF32, three
+                 TF32 products each, at cuBLAS's TF32 rate measured in this run (with torch)
+  separate       a fused pass (``KernelSpec.fuses``) run as the tuned kernels it fuses, one
+                 after the other
   empty_kernel   one empty kernel launch (once per run), the yardstick of the small shapes
 
 GPU time comes from ``timing.gpu_time_us``: batches of calls queued behind a spin kernel, so the
@@ -99,6 +103,11 @@ class CudaHarness:
 
     def empty_launch(self) -> Callable[[], None]:
         return timing.empty_launch
+
+    def tf32_tflops(self, peers: Any, reps: int) -> float:
+        """cuBLAS's TF32 rate on this GPU in TFLOP/s: a square product through torch."""
+        fn, flops = peers.tf32_product(self.torch_device)
+        return flops / (self.time(fn, reps)["median_us"] * 1e6)
 
     def copy_bandwidth_gbps(self, nbytes: int = 1 << 30, reps: int = 20) -> float:
         """Device-to-device copy of ``nbytes``, counting bytes read plus bytes written."""
@@ -196,6 +205,7 @@ class Bench:
                      "torch_version": torch_version, **harness.env()}
         self._ops: dict[tuple[str, str], Any] = {}
         self.bandwidth = float("nan")  # GB/s, measured first thing in run()
+        self.tf32_tflops: float | None = None  # measured in run() where a case has products
 
     def plan(self) -> list[tuple[str, dict[str, int], list[BenchCase]]]:
         """(op, shape, its cases) in run order; --quick keeps each op's smallest and largest."""
@@ -223,11 +233,15 @@ class Bench:
         self.bandwidth = self.harness.copy_bandwidth_gbps()
         log.info("device copy bandwidth %.0f GB/s", self.bandwidth)
         plan = self.plan()
+        if self.peers is not None and any(c.flops() for _, _, cases in plan for c in cases):
+            self.tf32_tflops = self.harness.tf32_tflops(self.peers, self.reps)
+            log.info("cuBLAS TF32 rate %.0f TFLOP/s", self.tf32_tflops)
         from . import torch_train
         train = TORCH_TRAIN in self.ops and self.peers is not None
         if TORCH_TRAIN in self.ops and not train:
             log.warning("torch_train: not measured, torch is not importable here")
-        total = (1 + sum(len(cases) * len(self.providers()) for _, _, cases in plan)
+        total = (1 + sum(len(self.providers()) + bool(c.separate)
+                         for _, _, cases in plan for c in cases)
                  + (STEP in self.ops) + (TRAIN_STEP in self.ops)
                  + train * sum(map(len, torch_train.SHAPES.values())))
         torch = self.peers.torch if self.peers is not None else None
@@ -283,6 +297,7 @@ class Bench:
         return next(f for f, specs in families.items() if specs[0].op is cls)
 
     def _library(self, op: str, provider: str, case: BenchCase) -> Any:
+        """The op object of family ``op`` (as the compositions route it) for ``provider``."""
         family = self._family(op, case)
         key = (family, provider, *sorted(case.over.items()))
         if key not in self._ops:
@@ -300,6 +315,13 @@ class Bench:
                 calls[provider] = _chain([_bound(k, obj, x_lib) for k in case.kernels])
             except Exception as exc:
                 calls[provider] = timing.error_text(exc)
+        if case.separate:
+            try:
+                calls[records.SEPARATE] = _chain([
+                    _bound(k, self._library(k.family, "tuned", case), x_lib)
+                    for k in case.separate])
+            except Exception as exc:
+                calls[records.SEPARATE] = timing.error_text(exc)
         if self.peers is not None:
             for provider in PEERS:
                 if any(k.peer is None for k in case.kernels):
@@ -326,6 +348,12 @@ class Bench:
             rows.append(self._row(op, label, case.pass_, "floor",
                                   {"median_us": floor_us, "p20_us": floor_us, "p80_us": floor_us},
                                   floor_bytes=fb))
+            if self.tf32_tflops and case.flops():
+                compute_us = 3 * case.flops() / (self.tf32_tflops * 1e6)
+                rows.append(self._row(
+                    op, label, case.pass_, records.COMPUTE_FLOOR,
+                    {"median_us": compute_us, "p20_us": compute_us, "p80_us": compute_us},
+                    note=f"3 x {case.flops() / 1e9:.3g} GFLOP at {self.tf32_tflops:.0f} TFLOP/s"))
             reference, family = None, self._family(op, case)
             for provider, fn in self._calls(op, case, x_lib, x_torch).items():
                 extra: dict[str, Any] = {"floor_bytes": fb}
@@ -333,8 +361,11 @@ class Bench:
                     result: dict[str, Any] = {"error": fn}
                 else:
                     result = self._measure(fn, f"{op} {label} {case.pass_} {provider}")
-                    if provider in LIBRARY:
-                        extra["config"] = self._config(op, provider, case)
+                    if provider in (*LIBRARY, records.SEPARATE):
+                        separate = provider == records.SEPARATE
+                        extra["config"] = self._config(
+                            op, "tuned" if separate else provider,
+                            case.separate if separate else case.kernels, case)
                         if family != op:
                             extra["note"] = (f"runs {family}'s kernels, as the library's "
                                              "compositions do at this batch")
@@ -364,11 +395,15 @@ class Bench:
                 kernel.bare(*launch)
         return self.harness.time(bare, max(self.reps // 3, 5))["python_call_us"]
 
-    def _config(self, op: str, provider: str, case: BenchCase) -> str:
-        """The launch parameters this pass's kernels ran with, and where they came from."""
-        chosen = getattr(self._library(op, provider, case), "chosen", {})
-        roles = [k.role for k in case.kernels]
-        return json.dumps({r: chosen[r] for r in roles if r in chosen}, sort_keys=True)
+    def _config(self, op: str, provider: str, kernels: Sequence[KernelSpec],
+                case: BenchCase) -> str:
+        """The launch parameters ``kernels`` ran with, and where they came from."""
+        out = {}
+        for k in kernels:
+            chosen = getattr(self._library(k.family, provider, case), "chosen", {})
+            if k.role in chosen:
+                out[k.role if k.family == op else k.id] = chosen[k.role]
+        return json.dumps(out, sort_keys=True)
 
     def _check(self, library_out: tuple[Any, ...], peer: Callable[[], Any]) -> float | None:
         """Largest relative difference of the peer's outputs from the tuned kernels'."""

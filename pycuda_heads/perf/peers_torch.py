@@ -46,6 +46,22 @@ def call(spec: KernelSpec, x: Mapping[str, torch.Tensor], compiled: bool) -> Cal
     return functools.partial(fn, *[x[n] for n in spec.reads])
 
 
+def tf32_product(device: str) -> tuple[Callable[[], Any], int]:
+    """A call of one float32 product on TF32 tensor cores (cuBLAS), square and large enough on
+    a GPU to run at the device's rate, and its floating-point operations."""
+    n = 8192 if device == "cuda" else 256
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    out = torch.empty(n, n, device=device)
+
+    def product() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = True  # the bench's products run in float32
+        try:
+            torch.mm(a, b, out=out)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    return product, 2 * n ** 3
+
+
 def to_torch(x: Mapping[str, np.ndarray], device: str) -> dict[str, torch.Tensor]:
     return {name: torch.from_numpy(a).to(device) for name, a in x.items()}
 

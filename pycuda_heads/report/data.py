@@ -16,12 +16,15 @@ from typing import Any, Iterable, Sequence
 from ..records import (
     BENCH_CSV,
     CACHE_GLOB,
+    COMPUTE_FLOOR,
     EFFICIENCY_JSON,
     EMPTY_KERNEL,
     FWD_BWD,
+    FWD_LOSS_BWD,
     NOISY_SPREAD,
     QUALITY_JSON,
     RUNS_JSON,
+    SEPARATE,
     STEP_OP,
     TORCH_TRAIN_OP,
     TRAIN_ADAM_OP,
@@ -230,8 +233,9 @@ def stale_cache(cache: dict[str, Any], current: dict[str, str]) -> bool:
 
 PROVIDERS = ("tuned", "default", "torch_eager", "torch_compile")
 LABELS = {"tuned": "tuned", "default": "default", "torch_eager": "torch eager",
-          "torch_compile": "torch.compile", "floor": "floor"}
-PASS_ORDER = ("forward", "backward", FWD_BWD)
+          "torch_compile": "torch.compile", "floor": "floor", SEPARATE: "separate ops",
+          COMPUTE_FLOOR: "compute floor"}
+PASS_ORDER = ("forward", "backward", FWD_BWD, FWD_LOSS_BWD)
 STEP_PROVIDERS = {"library_eager": "library, kernel by kernel",
                   "library_graph": "library, CUDA graph", "torch_eager": "torch eager",
                   "torch_compile": "torch.compile",
@@ -555,5 +559,5 @@ def targets(all_cases: Sequence[BenchResult], empty_us: float | None) -> list[Ta
         out += [_empty_target(c, empty_us) for c in extreme_cases(all_cases, op, largest=False)]
     for op in ops(all_cases):
         out += [_host_target(c) for c in extreme_cases(all_cases, op, largest=False)
-                if c.pass_ != FWD_BWD or op == "frd"]
+                if c.pass_ not in (FWD_BWD, FWD_LOSS_BWD) or op == "frd"]
     return out

@@ -5,7 +5,17 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from ..records import FWD_BWD, NOISY_SPREAD, STEP_OP, TORCH_TRAIN_OP, TRAIN_STEP_OP, slug
+from ..records import (
+    COMPUTE_FLOOR,
+    FWD_BWD,
+    FWD_LOSS_BWD,
+    NOISY_SPREAD,
+    SEPARATE,
+    STEP_OP,
+    TORCH_TRAIN_OP,
+    TRAIN_STEP_OP,
+    slug,
+)
 from .data import (
     CHANGE_BAND,
     COMPILE_GOAL,
@@ -351,6 +361,7 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
     if noisy:
         lines += [f"~ noisy: the p80/p20 spread stayed above {NOISY_SPREAD} after a second "
                   "measurement; read that time with care.", ""]
+    lines += _fused(op_cases) + _compute_floor(op_cases)
     errors: dict[tuple[str, str], list[str]] = {}
     for c in op_cases:
         for provider, row in c.rows.items():
@@ -364,6 +375,39 @@ def op_section(op: str, op_cases: Sequence[BenchResult], plots: Sequence[str]) -
         lines.append(f"- the torch peers agree with the tuned kernels to a relative error of at "
                      f"most {max(checks):.1e}")
     return "\n".join(lines + [""])
+
+
+def _fused(op_cases: Sequence[BenchResult]) -> list[str]:
+    """A fused pass against the same work as the separate ops, and against torch."""
+    rows = [(c.shape, _time_cell(c, "tuned"), _time_cell(c, SEPARATE),
+             times(1 / c.over_tuned(SEPARATE)) if c.over_tuned(SEPARATE) else "–",
+             _time_cell(c, "torch_eager"), _time_cell(c, "torch_compile"),
+             speedup(c.over_tuned("torch_compile")))
+            for c in op_cases if c.pass_ == FWD_LOSS_BWD]
+    if not rows:
+        return []
+    return ["Forward fused with the loss, then the backward (fwd+loss+bwd), against the same "
+            "work as separate ops (the forward, FRD's softmax-CE, the backward stages; all "
+            "tuned):", "",
+            table(("shape", "fused us", "separate ops us", "fused / separate",
+                   "torch eager us", "torch.compile us", "fused vs torch.compile"), rows), ""]
+
+
+def _compute_floor(op_cases: Sequence[BenchResult]) -> list[str]:
+    """Forward + backward passes against the time of their matrix products at the measured
+    tensor-core rate."""
+    timed = [c for c in op_cases if c.pass_ in (FWD_BWD, FWD_LOSS_BWD)
+             and c.time(COMPUTE_FLOOR) is not None]
+    if not timed:
+        return []
+    rows = [(c.shape, c.pass_, _time_cell(c, "tuned"), us(c.time(COMPUTE_FLOOR)),
+             us(c.time("floor")), percent(c.over_tuned(COMPUTE_FLOOR))) for c in timed]
+    # the bench's note: "3 x <GFLOP> GFLOP at <rate> TFLOP/s"
+    rate = timed[0].rows[COMPUTE_FLOOR].get("note", "").rpartition(" at ")[2] or "?"
+    return ["Forward + backward against the compute floor: the passes' matrix products in "
+            f"3xTF32, three TF32 products each, at cuBLAS's TF32 rate of this run ({rate}):",
+            "", table(("shape", "pass", "tuned us", "compute floor us", "memory floor us",
+                       "of the compute floor"), rows), ""]
 
 
 def _over_graph(case: BenchResult, peer: str) -> float | None:
@@ -657,6 +701,11 @@ METHOD = """## How the numbers are made
 - **floor**: the bytes the pass must move (each input read once, each output written once) over
   the device-to-device copy bandwidth measured in the same run. forward + backward is the sum of
   the two passes, since the rest of the network runs between them.
+- **compute floor** (the FRD head): the pass's matrix products (each kernel declares them) in
+  3xTF32, three TF32 tensor-core products each, at the TF32 rate of an 8192-square cuBLAS
+  product timed in the same run. A pass is held by whichever floor is higher.
+- **separate ops** (a fused pass, fwd+loss+bwd): the same work as the tuned kernels it fuses,
+  one after the other.
 - **tuned** runs the launch parameters of the tuned table (`launch=None`), **default** every
   kernel's default; the backward passes' deterministic reductions use the tuned table in both.
 - **torch eager / torch.compile**: the same formulas written in PyTorch ops (`peers_torch.py`),
