@@ -160,7 +160,8 @@ has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.js
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
     pool_splitk_rules.json ${SPLITK_ARGS:-}
-has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_wgmma.json
+# shellcheck disable=SC2086  # WGMMA_ARGS: words on purpose (the variants to run)
+has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_wgmma.json ${WGMMA_ARGS:-}
 has wgrad && probe_step wgrad "${WGRAD_S:-150}" probes/frdhead_wgmma/wgrad.py frd_wgrad.json
 if has profile; then
     mkdir -p "$out/profile"

@@ -21,6 +21,9 @@ SMALL = [{"WARPS": 4, "ROWS": 1, "SPLIT": 1}, {"WARPS": 8, "ROWS": 2, "SPLIT": 4
 VARIANTS = ([(k, p) for k in KERNELS for p in ROWS]
             + [("frdhead.grad_w2", {"BM": 64, "CHUNK": 512})]
             + [(k.replace("frdhead", "frdsmall"), p) for k in KERNELS for p in SMALL])
+# The forward fused with the loss, of either head.
+LOSS_VARIANTS = ([("frdhead.forward_loss", p) for p in ROWS]
+                 + [("frdsmall.forward_loss", p) for p in SMALL])
 
 
 def _id(kernel_params):
@@ -36,7 +39,15 @@ def test_oracles(variant, check):
     assert result["passed"], result
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=_id)
+@pytest.mark.parametrize("variant", LOSS_VARIANTS, ids=_id)
+@pytest.mark.parametrize("check", ["loss_numgrad", "sentinel_rows"])
+def test_loss_oracles(variant, check):
+    kernel, params = variant
+    result = oracles(kernel, params=params)[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("variant", VARIANTS + LOSS_VARIANTS, ids=_id)
 def test_variants_match_reference_at_odd_sizes(variant):
     kernel, params = variant
     template = {"D_IN": 37, "FRD_HIDDEN": 50, "N_HORIZONS": 5, "N_ATOMS": 21}

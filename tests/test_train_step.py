@@ -102,14 +102,14 @@ def test_graph_replays_are_bitwise_the_eager_steps(b, k):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b", [2, 300])
-def test_the_fused_forward_and_loss_is_the_two_launches_it_replaces(b):
-    """FrdHeadSmall.forward_loss (one block at B=2, several at B=300) against forward and
-    FrdSoftmaxCE, with -1 labels: the forward bitwise, the softmax-CE gradient and ce within
-    float32 rounding."""
+@pytest.mark.parametrize("cls,b", [(ph.FrdHeadSmall, 2), (ph.FrdHeadSmall, 300),
+                                   (ph.FrdHead, 2), (ph.FrdHead, 1100)])
+def test_the_fused_forward_and_loss_is_the_two_launches_it_replaces(cls, b):
+    """forward_loss of either head (one block, several) against forward and FrdSoftmaxCE, with
+    -1 labels: the forward bitwise, the softmax-CE gradient and ce within float32 rounding."""
     p, x = params(), data(b, 4, 7)
     x["labels"][0] = -1
-    head = ph.FrdHeadSmall(D, F, H, A)
+    head = cls(D, F, H, A)
     weights = [p[n] for n in ("w1", "b1", "w2", "b2")]
     fused = [a.get() for a in head.forward_loss(x["h_t"], *weights, x["labels"])]
     hidden, logits = head.forward(x["h_t"], *weights)
