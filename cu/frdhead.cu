@@ -174,27 +174,31 @@ __device__ __forceinline__ void for_each(float (&acc)[MT][NT][4], F f) {
 // entry and one in a template, would have different linkage (nvcc warning 1556).
 extern __shared__ float4 dynamic_smem[];
 
-// softmax-CE of one (row, horizon) of the logits tile: p = softmax(z), ce = -log(max(p[label],
-// 1e-30)), grad_logits = (p - onehot) * inv_b; label -1: zero row and loss; a label outside
-// [-1, N_ATOMS): NaN. One thread a row, atoms ascending.
-__device__ __forceinline__ void softmax_ce_row(const float* z, int label, float* __restrict__ g,
-                                               float* __restrict__ ce, float inv_b) {
+// softmax-CE of one (row, horizon) of the logits tile, z[N_ATOMS], overwritten in place by its
+// gradient: p = softmax(z), grad_logits = (p - onehot) * inv_b; returns ce = -log(max(p[label],
+// 1e-30)). Label -1: zero row and loss; a label outside [-1, N_ATOMS): NaN. One thread a row,
+// atoms ascending.
+__device__ __forceinline__ float softmax_ce_row(float* z, int label, float inv_b) {
     float e[N_ATOMS], mx = -INFINITY, sum = 0.f, p_label = 0.f;
 #pragma unroll
-    for (int a = 0; a < N_ATOMS; ++a) mx = fmaxf(mx, z[a]);
+    for (int a = 0; a < N_ATOMS; ++a) {
+        e[a] = z[a];
+        mx = fmaxf(mx, e[a]);
+    }
 #pragma unroll
     for (int a = 0; a < N_ATOMS; ++a) {
-        e[a] = expf(z[a] - mx);
+        e[a] = expf(e[a] - mx);
         sum += e[a];
     }
+    const float inv_sum = 1.f / sum;
     const bool bad = label < -1 || label >= N_ATOMS;
 #pragma unroll
     for (int a = 0; a < N_ATOMS; ++a) {
-        const float p = e[a] / sum;
+        const float p = e[a] * inv_sum;
         if (a == label) p_label = p;
-        g[a] = label == -1 ? 0.f : bad ? NAN : (p - (a == label ? 1.f : 0.f)) * inv_b;
+        z[a] = label == -1 ? 0.f : bad ? NAN : (p - (a == label ? 1.f : 0.f)) * inv_b;
     }
-    *ce = label == -1 ? 0.f : bad ? NAN : -logf(fmaxf(p_label, 1e-30f));
+    return label == -1 ? 0.f : bad ? NAN : -logf(fmaxf(p_label, 1e-30f));
 }
 
 // Forward. Dynamic shared memory (the Python launch computes the same): w1s[ROW_EXT(FRD_HIDDEN)][LDK1],
@@ -275,9 +279,12 @@ __device__ __forceinline__ void forward_tiles(const float* __restrict__ h_t,
         if (LOSS) {  // ls is rewritten after the next tile's two barriers
             for (int q = threadIdx.x; q < n_rows * N_HORIZONS; q += THREADS) {
                 const size_t at = (size_t)m0 * N_HORIZONS + q;  // q = row * N_HORIZONS + horizon
-                softmax_ce_row(ls + q * N_ATOMS, labels[at], grad_logits + at * N_ATOMS, ce + at,
-                               inv_b);
+                ce[at] = softmax_ce_row(ls + q * N_ATOMS, labels[at], inv_b);
             }
+            __syncthreads();
+            // the tile's gradient rows are contiguous in grad_logits: coalesced stores
+            for (int e = threadIdx.x; e < n_rows * HA; e += THREADS)
+                grad_logits[(size_t)m0 * HA + e] = ls[e];
         }
     }
 }
