@@ -898,5 +898,6 @@ def test_bench_writes_the_compute_floor_and_a_fused_pass_beside_its_separate_ops
     readme = report.build(tmp_path / "fake-gpu").read_text()
     label = f"B={shape['B']}"
     assert table_row(readme, label, "10.0", "10.0", "1.00x")  # fused, separate, their ratio
-    assert "at cuBLAS's TF32 rate of this run (200 TFLOP/s)" in readme
+    floor_us = f"{3 * flops['fwd+bwd'] / 200e6:.2f}"  # under 10 us: two decimals
+    assert table_row(readme, label, "fwd+bwd", "10.0", floor_us, "200 TFLOP/s")
     assert table_row(readme, label, "fwd+loss+bwd", "10.0")

@@ -400,14 +400,14 @@ def _compute_floor(op_cases: Sequence[BenchResult]) -> list[str]:
              and c.time(COMPUTE_FLOOR) is not None]
     if not timed:
         return []
-    rows = [(c.shape, c.pass_, _time_cell(c, "tuned"), us(c.time(COMPUTE_FLOOR)),
-             us(c.time("floor")), percent(c.over_tuned(COMPUTE_FLOOR))) for c in timed]
     # the bench's note: "3 x <GFLOP> GFLOP at <rate> TFLOP/s"
-    rate = timed[0].rows[COMPUTE_FLOOR].get("note", "").rpartition(" at ")[2] or "?"
+    rows = [(c.shape, c.pass_, _time_cell(c, "tuned"), us(c.time(COMPUTE_FLOOR)),
+             c.rows[COMPUTE_FLOOR].get("note", "").rpartition(" at ")[2] or "?",
+             us(c.time("floor")), percent(c.over_tuned(COMPUTE_FLOOR))) for c in timed]
     return ["Forward + backward against the compute floor: the passes' matrix products in "
-            f"3xTF32, three TF32 products each, at cuBLAS's TF32 rate of this run ({rate}):",
-            "", table(("shape", "pass", "tuned us", "compute floor us", "memory floor us",
-                       "of the compute floor"), rows), ""]
+            "3xTF32, three TF32 products each, at cuBLAS's TF32 rate measured in the same run:",
+            "", table(("shape", "pass", "tuned us", "compute floor us", "TF32 rate",
+                       "memory floor us", "of the compute floor"), rows), ""]
 
 
 def _over_graph(case: BenchResult, peer: str) -> float | None:
