@@ -20,11 +20,9 @@ import pycuda.gpuarray as ga
 import pycuda_heads as ph
 from pycuda_heads import reference as ref
 from pycuda_heads.core import device
-from pycuda_heads.perf.bench import CudaHarness
 from pycuda_heads.perf.timing import gpu_time_us
-from pycuda_heads.records import git_state
 from pycuda_heads.verify.checks import compare
-from run import TF32_BOUND, cublas_us, isolated  # this folder's first-layer probe
+from run import TF32_BOUND, cublas_us, isolated, new_record  # the first-layer probe's
 
 HERE = Path(__file__).resolve().parent
 F, H, A, N2, BM = 128, 5, 21, 112, 64
@@ -134,10 +132,7 @@ def peers(bandwidth: float) -> dict:
 
 
 def main(path: str, names: list[str]) -> None:
-    bandwidth = CudaHarness().copy_bandwidth_gbps()
-    record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
-              "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1),
-              "peers": peers(bandwidth), "variants": {}}
+    record = new_record(__doc__, peers)
     for m, e in record["peers"].items():
         print(m, {k: round(v, 1) for k, v in e.items()}, flush=True)
     for name in names or VARIANTS:

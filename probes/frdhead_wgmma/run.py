@@ -162,11 +162,16 @@ def isolated(script: str, path: str, name: str) -> dict:
     return out
 
 
-def main(path: str, names: list[str]) -> None:
+def new_record(doc: str, peers: Callable[[float], Any]) -> dict:
+    """A probe's record: what it is, where it ran, and its peers at this GPU's copy bandwidth."""
     bandwidth = CudaHarness().copy_bandwidth_gbps()
-    record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
-              "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1),
-              "peers": peers(bandwidth), "variants": {}}
+    return {"what": doc.split("\n")[0], "commit": git_state()["describe"],
+            "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1),
+            "peers": peers(bandwidth), "variants": {}}
+
+
+def main(path: str, names: list[str]) -> None:
+    record = new_record(__doc__, peers)
     floors = {e["B"]: e for e in record["peers"]}
     for e in record["peers"]:
         print(e["B"], "floor %.1f us, library FrdHead forward (both layers) %.1f us" % (
