@@ -715,6 +715,16 @@ def test_torch_peers_match_the_float64_reference(kernel: str) -> None:
         assert not got[0][1].any() and not got[1][1].any()
 
 
+def test_the_tf32_product_counts_its_flops_and_leaves_the_peers_in_float32() -> None:
+    torch = pytest.importorskip("torch")
+    from pycuda_heads.perf import peers_torch
+    peers_torch.prepare("cpu")
+    product, flops = peers_torch.tf32_product("cpu")
+    product()
+    assert flops == 2 * 256 ** 3
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # as prepare set it, after the call
+
+
 # --- the smoke training section ----------------------------------------------------------------
 
 SMOKE_FIXTURE = Path(__file__).parent / "fixtures" / "smoke_training.json"

@@ -54,11 +54,12 @@ def tf32_product(device: str) -> tuple[Callable[[], Any], int]:
     out = torch.empty(n, n, device=device)
 
     def product() -> None:
-        torch.backends.cuda.matmul.allow_tf32 = True  # the bench's products run in float32
+        # TF32 for this product only: the peers' own products stay float32
+        before, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, True
         try:
             torch.mm(a, b, out=out)
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = before
     return product, 2 * n ** 3
 
 
