@@ -180,6 +180,28 @@ def test_adam_training_loss_falls():
 # ---- the operators: programs against the op methods, opcheck, compile, bad input ----
 
 from pycuda_heads.ops.frd import FrdSoftmaxCE  # noqa: E402
+@pytest.mark.parametrize("b", [37, SMALL_BATCH + 1])  # FrdHeadSmall's kernels, FrdHead's
+def test_the_heads_fused_loss_matches_head_then_loss_eager_and_compiled(b):
+    """FrdHead.forward_loss against FrdHead then FrdLoss: logits bitwise, the loss and every
+    gradient within float32 rounding, eagerly and under torch.compile(fullgraph=True)."""
+    head, loss_fn = pht.FrdHead(128, 128, 5, 21), pht.FrdLoss(5, 21)
+    with torch.no_grad():
+        head.b1.normal_()
+        head.b2.normal_()
+    (h_t,) = leaves((b, 128), seed=5)
+    labels = _labels(b, seed=6)
+    params = [h_t, *head.parameters()]
+    logits = head(h_t)
+    want = loss_fn(logits, labels)
+    want_grads = torch.autograd.grad(want, params)
+    for fn in (head.forward_loss, torch.compile(head.forward_loss, fullgraph=True)):
+        got_logits, got = fn(h_t, labels)
+        assert torch.equal(got_logits, logits)
+        assert close(got, want, 1e-5)
+        assert all(close(a, w, 1e-5) for a, w in zip(torch.autograd.grad(got, params),
+                                                      want_grads))
+
+
 from pycuda_heads.ops.frdhead import FrdHead as FrdHeadOp  # noqa: E402
 from pycuda_heads.ops.pool import PerHorizonAttentionPool  # noqa: E402
 from pycuda_heads.ops.resgate import ResidualGate as ResidualGateOp  # noqa: E402
@@ -219,6 +241,7 @@ def operator_cases(b, k):
                            _rand(H, A, seed=17))
     hidden = torch.from_numpy(head.forward(*_arrays(h_t, w1, b1, w2, b2))[0].get()).cuda()
     grad_logits, dhidden = _rand(b, H, A, seed=18), _rand(b, F, seed=19)
+    labels_h = _labels(b, seed=20)
     row = lambda *parts: np.concatenate([p.get().ravel() for p in parts])  # noqa: E731
     rgb = rg.backward(*_arrays(c, w_res, alpha, residual, grad_out))
     g2, g1 = head.grad_w2(*_arrays(hidden, w2, grad_logits)), head.grad_w1(
@@ -236,6 +259,9 @@ def operator_cases(b, k):
                            [a.get() for a in frd.softmax_ce_grad(*_arrays(logits, labels))]),
         "frdhead_forward": (head, [h_t, w1, b1, w2, b2],
                             [a.get() for a in head.forward(*_arrays(h_t, w1, b1, w2, b2))]),
+        "frdhead_forward_loss": (head, [h_t, w1, b1, w2, b2, labels_h],
+                                 [a.get() for a in head.forward_loss(
+                                     *_arrays(h_t, w1, b1, w2, b2, labels_h))]),
         "frdhead_grad_w2": (head, [hidden, w2, grad_logits], [row(g2[0], g2[1]), g2[2].get()]),
         "frdhead_grad_w1": (head, [h_t, w1, hidden, dhidden], [row(g1[0], g1[1]), g1[2].get()]),
     }
@@ -255,7 +281,8 @@ def test_each_operator_gives_the_op_methods_bits(b, k):
 @pytest.mark.parametrize("b,k", SHAPES)
 def test_opcheck_passes_for_every_operator(b, k):
     differentiable = {"pool_forward": (0, 1), "resgate_forward": (0, 1, 2, 3, 4),
-                      "frd_softmax_ce": (0,), "frdhead_forward": (0, 1, 2, 3, 4)}
+                      "frd_softmax_ce": (0,), "frdhead_forward": (0, 1, 2, 3, 4),
+                      "frdhead_forward_loss": (0, 1, 2, 3, 4)}
     for name, (op, tensors, _) in operator_cases(b, k).items():
         args = [t.detach().clone().requires_grad_(i in differentiable.get(name, ()))
                 for i, t in enumerate(tensors)]

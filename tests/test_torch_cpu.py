@@ -71,6 +71,7 @@ CPU_KERNELS = {
     "resgate_backward": _resgate_backward_cpu,
     "frd_softmax_ce": lambda logits, labels, op: frd.torch_softmax_ce_grad(torch, logits, labels),
     "frdhead_forward": lambda *a: frdhead.torch_forward(torch, *a[:-1]),
+    "frdhead_forward_loss": lambda *a: frdhead.torch_forward_loss(torch, *a[:-1]),
     "frdhead_grad_w2": _grad_row(frdhead.torch_grad_w2),
     "frdhead_grad_w1": _grad_row(frdhead.torch_grad_w1),
     "adam_step": _adam_cpu,
@@ -117,6 +118,8 @@ def _cases(b, k):
         "frd_softmax_ce": [r(b, H, A, grad=True), labels],
         "frdhead_forward": [r(b, I, grad=True), r(F, I, grad=True), r(F, grad=True),
                             r(H, A, F, grad=True), r(H, A, grad=True)],
+        "frdhead_forward_loss": [r(b, I, grad=True), r(F, I, grad=True), r(F, grad=True),
+                                 r(H, A, F, grad=True), r(H, A, grad=True), labels],
         "frdhead_grad_w2": [hidden, r(H, A, F), r(b, H, A)],
         "frdhead_grad_w1": [r(b, I), r(F, I), hidden, r(b, F)],
         "adam_step": [r(50), r(50), r(50), r(50).abs(), 3],
@@ -242,6 +245,27 @@ def test_modules_on_the_cpu_kernels_match_the_peers(cpu_kernels, modules):
     for a, b in zip(torch.autograd.grad(got, list(head.parameters())),
                     torch.autograd.grad(want, list(head.parameters()))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_heads_fused_loss_is_its_logits_through_frd_loss(cpu_kernels, modules):
+    """FrdHead.forward_loss: the logits and loss of FrdHead then FrdLoss, and their gradients,
+    also where the logits reach the loss beside it."""
+    head, loss = modules["head"], modules["loss"]
+    h_t = torch.randn(4, I, requires_grad=True)
+    labels = torch.tensor([[0, -1, 3, 20, 5]] * 4)  # int64: converted
+    logits, fused = head.forward_loss(h_t, labels)
+    want_logits = head(h_t)
+    want = loss(want_logits, labels)
+    torch.testing.assert_close(logits, want_logits)
+    torch.testing.assert_close(fused, want, rtol=1e-6, atol=1e-7)
+    params = [h_t, *head.parameters()]
+    for total, want_total in ((fused, want), (fused + logits.square().mean(),
+                                              want + want_logits.square().mean())):
+        for a, b in zip(torch.autograd.grad(total, params, retain_graph=True),
+                        torch.autograd.grad(want_total, params, retain_graph=True)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="^labels: .* got torch.float32"):
+        head.forward_loss(h_t, torch.zeros(4, H))
 
 
 def test_frd_loss_refuses_labels_that_are_no_class_indices(modules):

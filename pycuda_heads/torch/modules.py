@@ -20,7 +20,14 @@ from ..ops.frdsmall import FrdHeadSmall
 from ..ops.pool import PerHorizonAttentionPool
 from ..ops.resgate import ResidualGate as ResidualGateOp
 from ..step import frd_head
-from .ops import configured, frd_loss, frdhead_forward, pool_forward, resgate_forward
+from .ops import (
+    configured,
+    frd_loss,
+    frdhead_forward,
+    frdhead_loss,
+    pool_forward,
+    resgate_forward,
+)
 
 Launch = Mapping[str, Mapping[str, Any]] | None
 
@@ -91,6 +98,17 @@ class ResidualGate(torch.nn.Module):
         return f"n_horizons={self.n_horizons}, hidden_dim={self.hidden_dim}"
 
 
+def _class_indices(labels: Any) -> Tensor:
+    """FRD labels as the kernels take them: int32 class indices (int64 converted)."""
+    if not isinstance(labels, Tensor) or labels.dtype not in (torch.int32, torch.int64):
+        got = labels.dtype if isinstance(labels, Tensor) else type(labels).__name__
+        raise TypeError(f"labels: expected int32 or int64 class indices (they take no "
+                        f"gradient), got {got}"
+                        + (" that requires grad" if getattr(labels, "requires_grad", False)
+                           else ""))
+    return labels.to(torch.int32) if labels.dtype == torch.int64 else labels
+
+
 class FrdLoss(torch.nn.Module):
     """Mean over the batch of the FRD cross-entropy: forward(logits [B, H, A], labels [B, H])
     -> scalar. Labels are class indices (int32, or int64, converted) in [-1, N_ATOMS); -1 marks
@@ -103,15 +121,7 @@ class FrdLoss(torch.nn.Module):
         self.op, self.op_id = configured(FrdSoftmaxCE, n_horizons, n_atoms, launch=launch)
 
     def forward(self, logits: Tensor, labels: Tensor) -> Tensor:
-        if not isinstance(labels, Tensor) or labels.dtype not in (torch.int32, torch.int64):
-            got = labels.dtype if isinstance(labels, Tensor) else type(labels).__name__
-            raise TypeError(f"labels: expected int32 or int64 class indices (they take no "
-                            f"gradient), got {got}"
-                            + (" that requires grad" if getattr(labels, "requires_grad", False)
-                               else ""))
-        if labels.dtype == torch.int64:
-            labels = labels.to(torch.int32)
-        return frd_loss(logits, labels, self.op_id)
+        return frd_loss(logits, _class_indices(labels), self.op_id)
 
     def extra_repr(self) -> str:
         return f"n_horizons={self.n_horizons}, n_atoms={self.n_atoms}"
@@ -159,6 +169,15 @@ class FrdHead(torch.nn.Module):
         _, logits = frdhead_forward(h_t, p["w1"], p["b1"], p["w2"], p["b2"],
                                     self.op_id_for(h_t.shape[0]))
         return logits
+
+    def forward_loss(self, h_t: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """logits [B, N_HORIZONS, N_ATOMS] and ``FrdLoss``'s loss of them against ``labels``
+        [B, N_HORIZONS] in one launch (the op's ``forward_loss``): the same values and
+        gradients as ``FrdLoss()(head(h_t), labels)``, without the logits' trip through
+        memory and a second kernel. Labels as ``FrdLoss`` takes them."""
+        p = self._parameters
+        return frdhead_loss(h_t, p["w1"], p["b1"], p["w2"], p["b2"], _class_indices(labels),
+                            self.op_id_for(h_t.shape[0]))
 
     def extra_repr(self) -> str:
         return (f"d_in={self.d_in}, hidden={self.hidden}, n_horizons={self.n_horizons}, "

@@ -96,6 +96,9 @@ _SPECS = {
                             lambda r: r, {"labels": torch.int32}),
     "frdhead_forward": _Spec("FrdHead", ("h_t", "w1", "b1", "w2", "b2"),
                              lambda op, a: op.forward(*a), lambda r: r),
+    "frdhead_forward_loss": _Spec("FrdHead", ("h_t", "w1", "b1", "w2", "b2", "labels"),
+                                  lambda op, a: op.forward_loss(*a), lambda r: r,
+                                  {"labels": torch.int32}),
     "frdhead_grad_w2": _Spec("FrdHead", ("hidden", "w2", "grad_logits"),
                              lambda op, a: op.grad_w2(*a), lambda r: ((r[0], r[1]), r[2])),
     "frdhead_grad_w1": _Spec("FrdHead", ("h_t", "w1", "hidden", "dhidden"),
@@ -171,6 +174,16 @@ def _frdhead_forward(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor
     return hidden, logits
 
 
+@torch.library.custom_op("pycuda_heads::frdhead_forward_loss", mutates_args=(),
+                         device_types=_DEVICES)
+def _frdhead_forward_loss(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
+                          labels: Tensor, op: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """hidden, logits, and frd_softmax_ce's (softmax - onehot) / B and per-row cross-entropy of
+    those logits, in one launch."""
+    hidden, logits, grad, ce = _run("frdhead_forward_loss", op, h_t, w1, b1, w2, b2, labels)
+    return hidden, logits, grad, ce
+
+
 @torch.library.custom_op("pycuda_heads::frdhead_grad_w2", mutates_args=(),
                          device_types=_DEVICES)
 def _frdhead_grad_w2(hidden: Tensor, w2: Tensor, grad_logits: Tensor,
@@ -242,6 +255,14 @@ def _(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor,
                                                                        *b2.shape))
 
 
+@_frdhead_forward_loss.register_fake
+def _(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, labels: Tensor,
+      op: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    b = h_t.shape[0]
+    return (h_t.new_empty((b, w1.shape[0])), h_t.new_empty((b, *b2.shape)),
+            h_t.new_empty((b, *b2.shape)), h_t.new_empty((b, b2.shape[0])))
+
+
 @_frdhead_grad_w2.register_fake
 def _(hidden: Tensor, w2: Tensor, grad_logits: Tensor, op: int) -> tuple[Tensor, Tensor]:
     h, a, f = w2.shape
@@ -307,16 +328,34 @@ def _frd_grads(ctx: Any, _: Tensor | None, grad_ce: Tensor | None) -> tuple:
     return grad * (grad_ce * grad.shape[0]).unsqueeze(-1), None, None
 
 
-def _frdhead_grads(ctx: Any, _: Tensor | None, grad_logits: Tensor | None) -> tuple:
-    if grad_logits is None:
-        return (None,) * 6
-    h_t, w1, w2, hidden = ctx.saved_tensors
+def _head_backward(ctx: Any, h_t: Tensor, w1: Tensor, w2: Tensor, hidden: Tensor,
+                   grad_logits: Tensor) -> tuple:
+    """The head's two backward stages: grad_h_t, grad_w1, grad_b1, grad_w2, grad_b2."""
     row2, dhidden = ctx.kernels.frdhead_grad_w2(hidden, w2, grad_logits.contiguous(), ctx.op)
     row1, grad_h_t = ctx.kernels.frdhead_grad_w1(h_t, w1, hidden, dhidden, ctx.op)
     f, d = w1.shape
     h, a, _ = w2.shape
     return (grad_h_t, row1[:f * d].view(f, d), row1[f * d:], row2[:h * a * f].view(w2.shape),
-            row2[h * a * f:].view(h, a), None)
+            row2[h * a * f:].view(h, a))
+
+
+def _frdhead_grads(ctx: Any, _: Tensor | None, grad_logits: Tensor | None) -> tuple:
+    if grad_logits is None:
+        return (None,) * 6
+    return (*_head_backward(ctx, *ctx.saved_tensors, grad_logits), None)
+
+
+def _frdhead_loss_grads(ctx: Any, _: Tensor | None, grad_logits: Tensor | None,
+                        __: Tensor | None, grad_ce: Tensor | None) -> tuple:
+    """ce's gradient through the saved softmax gradient (as frd_softmax_ce's), plus any that
+    reaches the logits themselves, then the head's backward; labels and op take none."""
+    if grad_logits is None and grad_ce is None:
+        return (None,) * 7
+    h_t, w1, w2, hidden, grad = ctx.saved_tensors
+    g = None if grad_ce is None else grad * (grad_ce * grad.shape[0]).unsqueeze(-1)
+    if grad_logits is not None:
+        g = grad_logits if g is None else g + grad_logits
+    return (*_head_backward(ctx, h_t, w1, w2, hidden, g), None, None)
 
 
 class _Rule(NamedTuple):
@@ -345,7 +384,9 @@ _RULES = {rule.name: rule for rule in (
     # residual is saved for the backward, not a result to train on
     _Rule("resgate_forward", (0, 1, 4), (1,), (1,), _resgate_grads),
     _Rule("frd_softmax_ce", (), (0,), (0,), _frd_grads),
-    _Rule("frdhead_forward", (0, 1, 3), (0,), (0,), _frdhead_grads))}
+    _Rule("frdhead_forward", (0, 1, 3), (0,), (0,), _frdhead_grads),
+    # hidden and the softmax gradient are saved for the backward, not results to train on
+    _Rule("frdhead_forward_loss", (0, 1, 3), (0, 2), (0, 2), _frdhead_loss_grads))}
 
 
 def _registered_setup(rule: _Rule) -> Callable[[Any, tuple, tuple], None]:
@@ -427,15 +468,25 @@ def frd_loss(logits: Tensor, labels: Tensor, op: int) -> Tensor:
     return ce.sum() / logits.shape[0]
 
 
+def frdhead_loss(h_t: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, labels: Tensor,
+                 op: int) -> tuple[Tensor, Tensor]:
+    """The head's logits and ``frd_loss`` of them, from the operator ``frdhead_forward_loss``
+    (one launch: the loss is computed from logits the kernel still holds)."""
+    _, logits, _, ce = frdhead_forward_loss(h_t, w1, b1, w2, b2, labels, op)
+    return logits, ce.sum() / h_t.shape[0]
+
+
 pool_forward = _differentiable("pool_forward")
 resgate_forward = _differentiable("resgate_forward")
 frd_softmax_ce = _differentiable("frd_softmax_ce")
 frdhead_forward = _differentiable("frdhead_forward")
+frdhead_forward_loss = _differentiable("frdhead_forward_loss")
 adam_step = torch.ops.pycuda_heads.adam_step
 #: every operator this module registers, by name (``torch.ops.pycuda_heads.<name>``)
 DEFINITIONS = {"pool_forward": _pool_forward, "pool_backward": _pool_backward,
                "resgate_forward": _resgate_forward, "resgate_backward": _resgate_backward,
                "frd_softmax_ce": _frd_softmax_ce, "frdhead_forward": _frdhead_forward,
+               "frdhead_forward_loss": _frdhead_forward_loss,
                "frdhead_grad_w2": _frdhead_grad_w2, "frdhead_grad_w1": _frdhead_grad_w1,
                "adam_step": _adam_step}
 OPERATORS = tuple(f"pycuda_heads::{name}" for name in DEFINITIONS)
