@@ -16,8 +16,8 @@ except ImportError:  # one line for the user, not a chain of import frames
 
 from .modules import AttentionPool, FrdHead, FrdLoss, ResidualGate
 from .ops import (OPERATORS, adam_step, frd_loss, frd_softmax_ce, frdhead_forward,
-                  pool_forward, register, resgate_forward)
+                  frdhead_forward_loss, frdhead_loss, pool_forward, register, resgate_forward)
 
 __all__ = ["AttentionPool", "FrdHead", "FrdLoss", "ResidualGate", "OPERATORS", "adam_step",
-           "frd_loss", "frd_softmax_ce", "frdhead_forward", "pool_forward", "register",
-           "resgate_forward"]
+           "frd_loss", "frd_softmax_ce", "frdhead_forward", "frdhead_forward_loss",
+           "frdhead_loss", "pool_forward", "register", "resgate_forward"]
