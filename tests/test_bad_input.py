@@ -66,6 +66,11 @@ def frd(**kw):
 FRD_STAGED = {"softmax_ce_grad": {"LAYOUT": 1, "TPR": 4, "BLOCK": 128, "STAGE": 1, "CPW": 1}}
 
 # (id, call, exception, what the message must say)
+def _wide_head() -> tuple:
+    """h_t, w1, b1, w2, b2 of a head with D_in = 4096, F = 128 at B = 2."""
+    return f32(2, 4096), f32(128, 4096), f32(128), f32(H, A, 128), f32(H, A)
+
+
 CALLS = [
     ("pool-dtype", lambda: pool().forward(f32(H, D), f32(2, 8, D).astype(np.float64)),
      TypeError, r"ln: expected dtype float32, got float64"),
@@ -125,6 +130,14 @@ CALLS = [
     ("frd-label-too-big", lambda: frd().softmax_ce_grad(f32(2, H, A),
                                                         np.full((2, H), A, np.int32)),
      ValueError, r"labels\[0, 0\] = 21 is outside \[-1, 21\)"),
+    # a head too wide for every launch configuration of FrdHead's kernels (shared memory)
+    ("frd-head-too-wide", lambda: ph.FrdHead(4096, 128, H).forward(*_wide_head()), ValueError,
+     r"FrdHead\.forward: shape \{'B': 2\} cannot run with .* restriction "
+     r"'SHARED_BYTES <= MAX_SHARED_BYTES' fails \(needs \d+ B shared memory"),
+    ("frd-head-loss-too-wide", lambda: ph.FrdHead(4096, 128, H).forward_loss(
+        *_wide_head(), np.zeros((2, H), np.int32)), ValueError,
+     r"FrdHead\.forward_loss: shape \{'B': 2\} cannot run with .* restriction "
+     r"'SHARED_BYTES <= MAX_SHARED_BYTES' fails"),
     ("frd-atoms", lambda: frd().softmax_ce_grad(f32(2, H, A - 1), np.zeros((2, H), np.int32)),
      ValueError, r"logits: expected shape"),
     ("frd-labels-batch", lambda: frd().softmax_ce_grad(f32(2, H, A), np.zeros((3, H), np.int32)),
