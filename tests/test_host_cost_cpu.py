@@ -44,6 +44,9 @@ def launches(counter, call):
      lambda: (gpu(3, H, D), gpu(H, D), gpu(3, H))),
     ("pool.backward", lambda: ph.PerHorizonAttentionPool(H, D),
      lambda: (gpu(H, D), gpu(2, 8, D), gpu(2, H, 8), gpu(2, H, D))),
+    # given ctx, long rows in a small batch run split: the spread, then the split launch
+    ("pool.backward", lambda: ph.PerHorizonAttentionPool(H, D),
+     lambda: (gpu(H, D), gpu(2, 4096, D), gpu(2, H, 4096), gpu(2, H, D), gpu(2, H, D))),
     ("adam.step", lambda: ph.Adam(), lambda: (gpu(7, 3),) * 4 + (2,)),
     ("frd.softmax_ce_grad", lambda: ph.FrdSoftmaxCE(H, 21),
      lambda: (gpu(4, H, 21), gpu(4, H, dtype=np.int32))),
@@ -350,3 +353,18 @@ def test_pycuda_is_pinned_to_the_versions_whose_internals_the_launch_uses():
     cfg.read(Path(__file__).resolve().parents[1] / "setup.cfg")
     pins = [r for r in cfg["options.extras_require"]["gpu"].split("\n") if r.startswith("pycuda")]
     assert pins == ["pycuda>=2024.1,<2026.2"]
+
+
+def test_the_split_backward_works_its_launch_out_once_a_shape(fake_gpu, monkeypatch):
+    from pycuda_heads.ops import pool
+    counted = []
+    real = pool.backward_shared_bytes
+    monkeypatch.setattr(pool, "backward_shared_bytes",
+                        lambda p, env: counted.append(env["K"]) or real(p, env))
+    op = ph.PerHorizonAttentionPool(H, D)
+    args = (gpu(H, D), gpu(2, 4096, D), gpu(2, H, 4096), gpu(2, H, D), gpu(2, H, D))
+    op.backward(*args)
+    first = list(counted)
+    op.backward(*args)
+    assert pool.split_count(2, 4096) > 1 and 4096 // pool.split_count(2, 4096) in first
+    assert counted == first  # the second call works nothing out again

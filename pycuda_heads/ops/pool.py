@@ -190,6 +190,7 @@ class PerHorizonAttentionPool(HorizonOp):
         super().__init__(n_horizons, hidden_dim, launch)
         self.scale = 1.0 / math.sqrt(hidden_dim)
         self._scale = np.float32(self.scale)
+        self._splits: dict[tuple[int, int], tuple[int, tuple, int] | None] = {}
 
     def forward(self, q_h: Any, ln: Any, *, stream: Any = None) -> tuple[Any, Any]:
         """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``). Long rows in a
@@ -234,13 +235,12 @@ class PerHorizonAttentionPool(HorizonOp):
             backward_shared_bytes(p, {**self.template, "K": k})))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx,
                       **({} if ctx is None else {"ctx": ctx}))
-        s = 1 if ctx is None else split_count(b, k)
-        grid, shared, bv, kv = plan.grid, plan.shared, b * s, k // s
+        split = None if ctx is None else self._split_launch(plan.params, b, k)
+        s, grid, shared = split or (1, plan.grid, plan.shared)
+        bv, kv = b * s, k // s
         if s > 1:
             attn, grad_ctx, ctx, grad_attn = self._spread(attn, grad_ctx, ctx, grad_attn, s,
                                                           kv, stream)
-            grid = (_blocks(plan.params, bv), 1, 1)
-            shared = backward_shared_bytes(plan.params, {**self.template, "K": kv})
         blocks = grid[0]  # one grad_q_h scratch row each
         grad_ln, scratch = empty((b, k, d)), empty((blocks, h * d))
         ds = empty((bv, h, kv)) if plan.params["LAYOUT"] == 1 else None
@@ -251,6 +251,18 @@ class PerHorizonAttentionPool(HorizonOp):
                     gq_scratch=scratch.gpudata, ds_scratch=_NULL if ds is None else ds.gpudata,
                     K=kv, scale=self._scale, B=bv, shared=shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
+
+    def _split_launch(self, params: Mapping[str, Any], b: int,
+                      k: int) -> tuple[int, tuple, int] | None:
+        """(splits, grid, shared bytes) of the backward given ctx at (b, k) with the plan's
+        ``params``, worked out on the first call at that shape; None where rows run whole."""
+        key = (b, k)
+        if key not in self._splits:
+            s = split_count(b, k)
+            self._splits[key] = None if s == 1 else (
+                s, (_blocks(params, b * s), 1, 1),
+                backward_shared_bytes(params, {**self.template, "K": k // s}))
+        return self._splits[key]
 
     def _join(self, role: str) -> Any:
         """Split-K's kernel ``pool_<role>`` (pool.cu with POOL_SPLIT)."""
