@@ -142,7 +142,7 @@ class FrdHead(Op):
         (h_t, w1, b1, w2, b2), dims = FORWARD_INPUTS.adapt(self._checked, self.bound,
                                                             h_t, w1, b1, w2, b2)
         b = dims["B"]
-        plan = self.plan("forward", {"B": b}, self._forward_geometry(b))
+        plan = self.plan("forward", {"B": b}, self._forward_geometry("forward", b))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
         plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
                     w2=w2.gpudata, b2=b2.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
@@ -158,7 +158,7 @@ class FrdHead(Op):
         (h_t, w1, b1, w2, b2, labels), dims = LOSS_INPUTS.adapt(
             self._checked, self.bound, h_t, w1, b1, w2, b2, labels)
         b, h, a = dims["B"], self.n_horizons, self.n_atoms
-        plan = self.plan("forward_loss", {"B": b}, self._forward_loss_geometry(b))
+        plan = self.plan("forward_loss", {"B": b}, self._forward_geometry("forward_loss", b))
         hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
         ce = empty((b, h))
         plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
@@ -167,14 +167,11 @@ class FrdHead(Op):
                     inv_b=1.0 / b, shared=plan.shared, stream=stream)
         return hidden, logits, grad_logits, ce
 
-    # (grid, block, shared bytes) of the forward kernels at batch b, from launch parameters p
-    def _forward_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
-        return lambda p: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1),
-                          forward_shared_bytes(p, self.template))
-
-    def _forward_loss_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
-        return lambda p: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1),
-                          forward_loss_shared_bytes(p, self.template))
+    def _forward_geometry(self, role: str, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+        """(grid, block, shared bytes) of forward kernel ``role`` at batch b, from its launch
+        parameters (the shared bytes as its space declares them)."""
+        shared = self.SPACES[role].shared_bytes
+        return lambda p: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared(p, self.template))
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:

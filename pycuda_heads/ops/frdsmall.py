@@ -81,13 +81,10 @@ class FrdHeadSmall(FrdHead):
                                  "(FrdHead takes any size)")
         super().__init__(d_in, hidden, n_horizons, n_atoms, launch)
 
-    def _forward_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+    def _forward_geometry(self, role: str, b: int) -> Callable[[Mapping[str, Any]], tuple]:
+        shared = self.SPACES[role].shared_bytes
         return lambda p: ((-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
-                          forward_shared_bytes(p, self.template))
-
-    def _forward_loss_geometry(self, b: int) -> Callable[[Mapping[str, Any]], tuple]:
-        return lambda p: ((-(-b // p["ROWS"]), 1, 1), (32 * p["WARPS"], 1, 1),
-                          forward_loss_shared_bytes(p, self.template))
+                          shared(p, self.template))
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:
