@@ -1,16 +1,18 @@
 // Issue 32 probe, fifth step: the FRD head's second layer fused with the loss on wgmma.
 // logits = hidden w2^T + b2 ([M, HA], HA = NH * NA = 105 padded to 112 columns), then per
 // (row, horizon) the softmax over NA atoms, grad_logits = (p - onehot) * inv_b and
-// ce = -log(max(p[label], 1e-30)) (label -1: zero row and loss; outside [-1, NA): NaN), straight
-// from the accumulator fragment: a row's 112 columns sit in the 4 lanes of a quad (columns
-// 8j + 2t, 8j + 2t + 1), so a horizon's max and sum are a two-step butterfly over the quad, the
-// same on every lane and every run.
+// ce = -log(max(p[label], 1e-30)) (label -1: zero row and loss; outside [-1, NA): NaN), either
+// straight from the accumulator fragment (EPI 1: a row's 112 columns sit in the 4 lanes of a
+// quad, so a horizon's max and sum are butterflies over the quad) or from the logits rows the
+// warp stages for their stores anyway (EPI 2: one lane a row and horizon). Step 5 measured EPI 1
+// at 69.8 us for B = 65536, plain TF32 at 63: the predicated walk, not the products, set it.
 // Why a kernel of its own and not the first layer's: w1's and w2's split halves take 128 + 112 KB
 // of shared memory, more than a block has (227 KB); hidden goes to memory for the backward
 // anyway, so the second layer reads it back (32 MB at B = 65536, about 8 us).
 // Logits and gradient rows leave through a per-warp staging area of 8 rows, stored coalesced
 // (a row is 105 floats, so a fragment's float2 is not aligned in global memory).
-// Template constants: NH, NA, WG (warpgroups a block), CS, SWZ, PASSES (see wgmma_tile.cuh).
+// Template constants: NH, NA, WG (warpgroups a block), CS, SWZ, PASSES (see wgmma_tile.cuh),
+// EPI (the loss from the fragment: 1, or from the staged rows: 2), LOSS (0: logits only).
 #ifndef PASSES
 #define PASSES 3
 #endif
@@ -19,6 +21,12 @@
 #endif
 #ifndef SWZ
 #define SWZ 1
+#endif
+#ifndef EPI
+#define EPI 2
+#endif
+#ifndef LOSS
+#define LOSS 1
 #endif
 #define K 128  // FRD_HIDDEN
 #define BM 64
@@ -46,6 +54,81 @@ __device__ __forceinline__ void store_rows(float* __restrict__ out, const float*
     const int n = min(8, M - r0) * HA;
     for (int i = lane; i < n; i += 32) out[(size_t)r0 * HA + i] = stage[i];
     __syncwarp();
+}
+
+// EPI 1: a horizon's max, sum and p[label] from the fragment, butterflies over the quad. Every
+// lane walks all its 28 columns once per horizon under a run-time predicate (the horizon of a
+// column depends on t): about 3 x 5 x 28 predicated steps a row.
+__device__ __forceinline__ void fragment_loss(float (&z)[N2 / 4], float* stage,
+                                              const int* __restrict__ labels,
+                                              float* __restrict__ ce, int r, int M, int g, int t,
+                                              float inv_b) {
+#pragma unroll
+    for (int hz = 0; hz < NH; ++hz) {
+        float mx = -INFINITY, sum = 0.f, p_label = 0.f;
+#pragma unroll
+        for (int i = 0; i < N2 / 4; ++i) {
+            const int c = 8 * (i / 2) + 2 * t + i % 2;
+            if (c >= hz * NA && c < hz * NA + NA) mx = fmaxf(mx, z[i]);
+        }
+        mx = quad_max(mx);
+#pragma unroll
+        for (int i = 0; i < N2 / 4; ++i) {
+            const int c = 8 * (i / 2) + 2 * t + i % 2;
+            if (c >= hz * NA && c < hz * NA + NA) {
+                z[i] = expf(z[i] - mx);  // each column is one horizon's: z is free
+                sum += z[i];
+            }
+        }
+        const float inv_sum = 1.f / quad_sum(sum);
+        const int label = r < M ? labels[(size_t)r * NH + hz] : -1;
+        const bool bad = label < -1 || label >= NA;
+#pragma unroll
+        for (int i = 0; i < N2 / 4; ++i) {
+            const int c = 8 * (i / 2) + 2 * t + i % 2, a = c - hz * NA;
+            if (a >= 0 && a < NA) {
+                const float p = z[i] * inv_sum;
+                if (a == label) p_label = p;
+                stage[g * HA + c] = label == -1 ? 0.f : bad ? NAN
+                                  : (p - (a == label ? 1.f : 0.f)) * inv_b;
+            }
+        }
+        p_label = quad_sum(p_label);  // one lane holds it, the others add zeros
+        if (t == 0 && r < M)
+            ce[(size_t)r * NH + hz] = label == -1 ? 0.f : bad ? NAN
+                                    : -logf(fmaxf(p_label, 1e-30f));
+    }
+}
+
+// EPI 2: from the warp's 8 staged logits rows, one lane a (row, horizon) pair p = row * NH + hz,
+// whose atoms sit at stage[NA * p ..]: lanes read addresses NA apart (NA odd: 32 banks), labels
+// and ce are contiguous in p, and no step is predicated away. The gradient replaces the logits.
+__device__ __forceinline__ void staged_loss(float* stage, const int* __restrict__ labels,
+                                            float* __restrict__ ce, int r0, int M, int lane,
+                                            float inv_b) {
+    __syncwarp();
+    for (int p = lane; p < 8 * NH; p += 32) {
+        float* z = stage + NA * p;
+        const bool in = r0 + p / NH < M;
+        const int label = in ? labels[(size_t)r0 * NH + p] : -1;
+        const bool bad = label < -1 || label >= NA;
+        float mx = z[0];
+#pragma unroll
+        for (int a = 1; a < NA; ++a) mx = fmaxf(mx, z[a]);
+        float sum = 0.f;
+#pragma unroll
+        for (int a = 0; a < NA; ++a) {
+            z[a] = expf(z[a] - mx);
+            sum += z[a];
+        }
+        const float inv_sum = 1.f / sum;
+        const float p_label = label >= 0 && !bad ? z[label] * inv_sum : 0.f;
+#pragma unroll
+        for (int a = 0; a < NA; ++a)
+            z[a] = label == -1 ? 0.f : bad ? NAN : (z[a] * inv_sum - (a == label ? 1.f : 0.f)) * inv_b;
+        if (in)
+            ce[(size_t)r0 * NH + p] = label == -1 ? 0.f : bad ? NAN : -logf(fmaxf(p_label, 1e-30f));
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
@@ -91,42 +174,14 @@ wg_layer2_loss(const float* __restrict__ hidden, const float* __restrict__ w2,
                     if (c < HA) stage[g * HA + c] = z[2 * j + e];
                 }
             store_rows(logits, stage, r8 + 8 * h, M, lane);
-#pragma unroll
-            for (int hz = 0; hz < NH; ++hz) {
-                float mx = -INFINITY, sum = 0.f, p_label = 0.f;
-#pragma unroll
-                for (int i = 0; i < N2 / 4; ++i) {
-                    const int c = 8 * (i / 2) + 2 * t + i % 2;
-                    if (c >= hz * NA && c < hz * NA + NA) mx = fmaxf(mx, z[i]);
-                }
-                mx = quad_max(mx);
-#pragma unroll
-                for (int i = 0; i < N2 / 4; ++i) {
-                    const int c = 8 * (i / 2) + 2 * t + i % 2;
-                    if (c >= hz * NA && c < hz * NA + NA) {
-                        z[i] = expf(z[i] - mx);  // each column is one horizon's: z is free
-                        sum += z[i];
-                    }
-                }
-                const float inv_sum = 1.f / quad_sum(sum);
-                const int label = r < M ? labels[(size_t)r * NH + hz] : -1;
-                const bool bad = label < -1 || label >= NA;
-#pragma unroll
-                for (int i = 0; i < N2 / 4; ++i) {
-                    const int c = 8 * (i / 2) + 2 * t + i % 2, a = c - hz * NA;
-                    if (a >= 0 && a < NA) {
-                        const float p = z[i] * inv_sum;
-                        if (a == label) p_label = p;
-                        stage[g * HA + c] = label == -1 ? 0.f : bad ? NAN
-                                          : (p - (a == label ? 1.f : 0.f)) * inv_b;
-                    }
-                }
-                p_label = quad_sum(p_label);  // one lane holds it, the others add zeros
-                if (t == 0 && r < M)
-                    ce[(size_t)r * NH + hz] = label == -1 ? 0.f : bad ? NAN
-                                            : -logf(fmaxf(p_label, 1e-30f));
-            }
+#if LOSS
+#if EPI == 1
+            fragment_loss(z, stage, labels, ce, r, M, g, t, inv_b);
+#else
+            staged_loss(stage, labels, ce, r8 + 8 * h, M, lane, inv_b);
+#endif
             store_rows(grad_logits, stage, r8 + 8 * h, M, lane);
+#endif
         }
     }
 }
