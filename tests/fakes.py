@@ -72,7 +72,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
     monkeypatch.setattr(device, "max_shared_bytes", lambda: 232448)
     monkeypatch.setattr(arrays, "allocator", lambda: counter)
-    monkeypatch.setattr(core_compile, "_module", lambda source: FakeModule())
+    monkeypatch.setattr(core_compile, "_module", lambda source, arch: FakeModule())
     monkeypatch.setattr(RUNTIME, "kernels", {})
     monkeypatch.setattr(RUNTIME, "reducer", None)
     monkeypatch.setattr(RUNTIME, "pdl", False)  # plain launches unless a test says so

@@ -24,6 +24,16 @@ VARIANTS = ([(k, p) for k in KERNELS for p in ROWS]
 # The forward fused with the loss, of either head.
 LOSS_VARIANTS = ([("frdhead.forward_loss", p) for p in ROWS]
                  + [("frdsmall.forward_loss", p) for p in SMALL])
+# The forward roles on Hopper's warpgroup MMA (the model's head shape only): both warpgroup
+# counts, chunk sizes and row-buffer layouts.
+WGMMA = [{"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 1}, {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 0}]
+SUITE_HEAD = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
+
+
+def _hopper():
+    from pycuda_heads.core import device
+    if device.compute_capability() != (9, 0):
+        pytest.skip("WGMMA=1 needs an sm_90 GPU")
 
 
 def _id(kernel_params):
@@ -45,6 +55,48 @@ def test_loss_oracles(variant, check):
     kernel, params = variant
     result = oracles(kernel, params=params)[check]
     assert result["passed"], result
+
+
+@pytest.mark.parametrize("params", WGMMA, ids=lambda p: f"WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}")
+@pytest.mark.parametrize("check", ["parity_numgrad", "relu_mask", "sentinel_rows"])
+def test_wgmma_forward_oracles(params, check):
+    _hopper()
+    result = oracles("frdhead.forward", params=params)[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("params", WGMMA, ids=lambda p: f"WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}")
+@pytest.mark.parametrize("check", ["loss_numgrad", "sentinel_rows"])
+def test_wgmma_loss_oracles(params, check):
+    _hopper()
+    result = oracles("frdhead.forward_loss", params=params)[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("b", [1, 63, 333, 4097])
+@pytest.mark.parametrize("kernel", ["frdhead.forward", "frdhead.forward_loss"])
+@pytest.mark.parametrize("params", WGMMA, ids=lambda p: f"WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}")
+def test_wgmma_matches_reference(params, kernel, b):
+    """float64 reference, every output written (poisoned), bitwise reruns; from one tile short
+    of its 64 rows to more tiles than warpgroups (the grid-stride loop's second pass)."""
+    _hopper()
+    assert_variant_passes(kernel, SUITE_HEAD, {"B": b}, params)
+
+
+def test_wgmma_refuses_what_it_cannot_run():
+    _hopper()
+    with pytest.raises(ValueError, match="WGMMA == 0 or"):
+        ph.FrdHead(37, 50, 5, 21, launch={"forward": {"WGMMA": 1}})
+    import pycuda.gpuarray as ga
+    head = ph.FrdHead(128, 128, 5, 21, launch={"forward": {"WGMMA": 1}})
+    rng = np.random.default_rng(3)
+    flat = ga.to_gpu(rng.standard_normal(8 * 128 + 1, dtype=np.float32))
+    h_t = flat[1:].reshape(8, 128)  # 4 bytes past an aligned start
+    w1 = ga.to_gpu(rng.standard_normal((128, 128), dtype=np.float32))
+    w2 = ga.to_gpu(rng.standard_normal((5, 21, 128), dtype=np.float32))
+    b1, b2 = ga.zeros(128, np.float32), ga.zeros((5, 21), np.float32)
+    with pytest.raises(ValueError, match="h_t: device pointer .* not 16-byte aligned"):
+        head.forward(h_t, w1, b1, w2, b2)
 
 
 @pytest.mark.parametrize("variant", VARIANTS + LOSS_VARIANTS, ids=_id)

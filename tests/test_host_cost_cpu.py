@@ -211,7 +211,7 @@ def fake_pdl(fake_gpu, monkeypatch):
     monkeypatch.setattr(core_compile, "bindings", lambda: cu)
     monkeypatch.setattr(core_compile, "compute_capability", lambda: (9, 0))
     monkeypatch.setitem(sys.modules, "pycuda.compiler", types.SimpleNamespace(
-        compile=lambda source, no_extern_c, options: b"cubin"))
+        compile=lambda source, no_extern_c, options, arch=None: b"cubin"))
     return cu
 
 
@@ -307,7 +307,7 @@ def test_without_pycudas_private_launch_the_public_prepared_call_launches(fake_g
     if missing == "pack":  # a PyCUDA whose argument packer moved
         function._launch_kernel = lambda *a: pytest.fail("the private launch without its packer")
         monkeypatch.setitem(sys.modules, "pycuda._pvt_struct", None)
-    monkeypatch.setattr(core_compile, "_module", lambda source: types.SimpleNamespace(
+    monkeypatch.setattr(core_compile, "_module", lambda source, arch: types.SimpleNamespace(
         get_function=lambda name: function))
     x = resgate_inputs(3)
     with recorded_launches() as made:

@@ -69,10 +69,10 @@ def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monke
     monkeypatch.setattr(identity, "_revision", lambda root, rev: rev)
     monkeypatch.setattr(identity, "variants", lambda family, sample: todo)
     monkeypatch.setattr(identity, "render_at", lambda rev, todo, root: [
-        {"source": renders[rev], "host": {}, "source_hash": renders[rev]}])
+        {"source": renders[rev], "host": {}, "source_hash": renders[rev], "dropped": []}])
     compiled = []
 
-    def digests(source, fresh=False):
+    def digests(source, fresh=False, arch=identity.ARCH):
         compiled.append((source, fresh))
         return {"ptx": "stale" if (source, fresh) == ("head", False) else "p", "cubin": "c"}
     monkeypatch.setattr(identity, "compile_digests", digests)

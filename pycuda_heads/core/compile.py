@@ -23,6 +23,8 @@ from .source import render, signature, variant_hash
 log = logging.getLogger("pycuda_heads")
 
 NVCC_OPTIONS: tuple[str, ...] = ("-O3",)
+#: the knob whose variants use Hopper's warpgroup MMA, which builds for sm_90a alone
+WGMMA_KNOB, WGMMA_ARCH = "WGMMA", "sm_90a"
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
@@ -39,18 +41,25 @@ class LaunchError(RuntimeError):
     """A kernel launch failed; the message names the kernel and its launch configuration."""
 
 
-def _module(source: str) -> Any:
+def variant_arch(constants: Mapping[str, Any]) -> str | None:
+    """The architecture a variant must be built for: ``WGMMA_ARCH`` where its ``WGMMA_KNOB`` is
+    set, else None (the device's own, as PyCUDA picks it)."""
+    return WGMMA_ARCH if constants.get(WGMMA_KNOB) else None
+
+
+def _module(source: str, arch: str | None) -> Any:
     def compile_it() -> Any:
         cuda()
         from pycuda.compiler import SourceModule
         log.debug("compiling %s", source.splitlines()[0])
-        return SourceModule(source, no_extern_c=True, options=list(NVCC_OPTIONS))
-    return RUNTIME.cached(RUNTIME.modules, variant_hash(source, NVCC_OPTIONS), compile_it)
+        return SourceModule(source, no_extern_c=True, options=list(NVCC_OPTIONS), arch=arch)
+    return RUNTIME.cached(RUNTIME.modules, variant_hash(source, (*NVCC_OPTIONS, arch or "")),
+                          compile_it)
 
 
 def load_module(family: str, constants: Mapping[str, Any],
                 source_dir: Path | None = None) -> Any:
-    return _module(render(family, constants, source_dir))
+    return _module(render(family, constants, source_dir), variant_arch(constants))
 
 
 def get_kernel(family: str, entry: str, constants: Mapping[str, Any],
@@ -165,7 +174,7 @@ class Kernel:
 
     def _bind(self, source: str, types: str) -> None:
         """``_launch(grid, block, _pack(_format, *args), shared, stream)`` enqueues a launch."""
-        self.function = _module(source).get_function(self.name)
+        self.function = _module(source, variant_arch(self.constants)).get_function(self.name)
         self.function.prepare(types)
         pack = _private_pack()
         launch = getattr(self.function, "_launch_kernel", None)
@@ -264,7 +273,8 @@ class DriverKernel(Kernel):
     def _bind(self, source: str, types: str) -> None:
         from pycuda.compiler import compile as nvcc_compile
         cu = self._cu = bindings()
-        image = nvcc_compile(source, no_extern_c=True, options=list(NVCC_OPTIONS))
+        image = nvcc_compile(source, no_extern_c=True, options=list(NVCC_OPTIONS),
+                             arch=variant_arch(self.constants))
         self._module = checked(cu.cuModuleLoadData(image), "cuModuleLoadData")
         self._function = checked(cu.cuModuleGetFunction(self._module, self.name.encode()),
                                  f"cuModuleGetFunction({self.name})")

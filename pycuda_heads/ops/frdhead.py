@@ -5,7 +5,12 @@ the ReLU mask). Weight gradients are per-block scratch rows summed by one reduce
 
 ``forward_loss`` is the forward fused with the FRD loss (``FrdSoftmaxCE.softmax_ce_grad``, the
 same math) on the logits tile a block keeps in shared memory: one launch where there were two,
-and the logits are not read back from global memory."""
+and the logits are not read back from global memory.
+
+At the model's head shape (D_in = F = 128, 104 < H*A <= 112) on sm_90 the forward roles have a
+second engine, knob ``WGMMA`` = 1 (cu/frdhead_wgmma.cuh): Hopper's warpgroup MMA, in two
+launches (hidden, then the logits with or without the loss), since both weights' split halves
+do not fit one block's shared memory."""
 from __future__ import annotations
 
 import math
@@ -14,6 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import reference as ref
+from ..core import device
 from ..core.arrays import Inputs, empty, wrap
 from ..core.op import Op
 from ..core.space import KernelSpace, by_role
@@ -44,15 +50,39 @@ def _ld_rows(n: int) -> int:
     return _up(n, 32) + 8
 
 
+# The WGMMA engine's tiles (frdhead_wgmma.cuh): 64 rows, the logits padded to 112 columns.
+WG_ROWS, WG_N2 = 64, 112
+
+
+def wg_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any], rows: int, extra: int) -> int:
+    """A WGMMA layer's block: its weight's big and small halves [rows x F], and per warpgroup a
+    row buffer (rows padded by 16 floats unless SWZ) and ``extra`` floats a warp (wg_layer)."""
+    f = env["FRD_HIDDEN"]
+    return 4 * (2 * rows * f + p["WG"] * (WG_ROWS * (f + (0 if p["SWZ"] else 16)) + 4 * extra))
+
+
+def wg_hidden_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    return wg_shared_bytes(p, env, env["FRD_HIDDEN"], 0)
+
+
+def wg_logits_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The layer-2 block: w2's halves, the row buffers and each warp's 8 staged logits rows."""
+    return wg_shared_bytes(p, env, WG_N2, 8 * env["N_HORIZONS"] * env["N_ATOMS"])
+
+
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    """w1 and w2 (rows padded to the warps' columns), two h_t tiles and the hidden tile."""
+    """w1 and w2 (rows padded to the warps' columns), two h_t tiles and the hidden tile; under
+    WGMMA the larger of its two launches'."""
+    if p.get("WGMMA"):
+        return max(wg_hidden_shared_bytes(p, env), wg_logits_shared_bytes(p, env))
     d, f, ha, bm = env["D_IN"], env["FRD_HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BM"]
     return 4 * ((_row_ext(f, bm) + 2 * bm) * _ld_rows(d) + (_row_ext(ha, bm) + bm) * _ld_rows(f))
 
 
 def forward_loss_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    """The forward's, and the logits tile."""
-    return forward_shared_bytes(p, env) + 4 * p["BM"] * env["N_HORIZONS"] * env["N_ATOMS"]
+    """The forward's, and the logits tile (under WGMMA the loss runs on the staged rows)."""
+    extra = 0 if p.get("WGMMA") else 4 * p["BM"] * env["N_HORIZONS"] * env["N_ATOMS"]
+    return forward_shared_bytes(p, env) + extra
 
 
 def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int, masked: bool) -> int:
@@ -79,14 +109,23 @@ _KNOBS = {"BM": (16, 32, 64), "CHUNK": (64, 128, 256, 512, 1024, 2048)}
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 _CHUNK_RULE = "CHUNK % BM == 0"
 
+# The forward roles' engine: WGMMA 0 the mma.sync tiles above; 1 Hopper's warpgroup MMA for the
+# model's head shape, WG warpgroups a block, CS k-steps a chunk, SWZ the row buffer's layout.
+# Each engine's knobs sit at their defaults under the other, so every point is a distinct kernel.
+_FORWARD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (4, 16), "SWZ": (0, 1)}
+_FORWARD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 16, "SWZ": 1}
 _FORWARD_RULES = (_CHUNK_RULE,
                   "(FRD_HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
-                  "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16")
+                  "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16",
+                  "WGMMA == 1 or (WG == 2 and CS == 16 and SWZ == 1)",
+                  "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
+                  "WGMMA == 0 or (D_IN == 128 and FRD_HIDDEN == 128 "
+                  "and 104 < N_HORIZONS * N_ATOMS <= 112)")
 FORWARD_SPACE = KernelSpace(
-    kernel="frdhead.forward", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
+    kernel="frdhead.forward", params=_FORWARD_KNOBS, default=_FORWARD_DEFAULT,
     restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
 FORWARD_LOSS_SPACE = KernelSpace(
-    kernel="frdhead.forward_loss", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
+    kernel="frdhead.forward_loss", params=_FORWARD_KNOBS, default=_FORWARD_DEFAULT,
     restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH,
     shared_bytes=forward_loss_shared_bytes)
 
@@ -135,6 +174,7 @@ class FrdHead(Op):
                           "N_ATOMS": n_atoms}, launch)
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
+        self._capability: tuple[int, int] | None = None  # the device's, on the first WGMMA use
 
     def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
@@ -144,6 +184,12 @@ class FrdHead(Op):
         b = dims["B"]
         plan = self.plan("forward", {"B": b}, self._forward_geometry("forward", b))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
+        if plan.params.get("WGMMA"):
+            self._wg_hidden(plan, h_t, w1, b1, w2, hidden, b, stream)
+            plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
+                        b2=b2.gpudata, logits=logits.gpudata, B=b, shared=plan.shared,
+                        stream=stream)
+            return hidden, logits
         plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
                     w2=w2.gpudata, b2=b2.gpudata, hidden=hidden.gpudata, logits=logits.gpudata,
                     B=b, shared=plan.shared, stream=stream)
@@ -161,6 +207,13 @@ class FrdHead(Op):
         plan = self.plan("forward_loss", {"B": b}, self._forward_geometry("forward_loss", b))
         hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
         ce = empty((b, h))
+        if plan.params.get("WGMMA"):
+            self._wg_hidden(plan, h_t, w1, b1, w2, hidden, b, stream)
+            plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
+                        b2=b2.gpudata, labels=labels.gpudata, logits=logits.gpudata,
+                        grad_logits=grad_logits.gpudata, ce=ce.gpudata, B=b, inv_b=1.0 / b,
+                        shared=plan.shared, stream=stream)
+            return hidden, logits, grad_logits, ce
         plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
                     w2=w2.gpudata, b2=b2.gpudata, labels=labels.gpudata, hidden=hidden.gpudata,
                     logits=logits.gpudata, grad_logits=grad_logits.gpudata, ce=ce.gpudata, B=b,
@@ -169,9 +222,42 @@ class FrdHead(Op):
 
     def _forward_geometry(self, role: str, b: int) -> Callable[[Mapping[str, Any]], tuple]:
         """(grid, block, shared bytes) of forward kernel ``role`` at batch b, from its launch
-        parameters (the shared bytes as its space declares them)."""
+        parameters (the shared bytes as its space declares them); under WGMMA the logits
+        launch's: a block a multiprocessor at most, its warpgroups striding over 64-row tiles."""
         shared = self.SPACES[role].shared_bytes
-        return lambda p: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared(p, self.template))
+
+        def geometry(p: Mapping[str, Any]) -> tuple:
+            if p.get("WGMMA"):
+                blocks = min(device.sm_count(), -(-b // (WG_ROWS * p["WG"])))
+                return (blocks, 1, 1), (128 * p["WG"], 1, 1), wg_logits_shared_bytes(
+                    p, self.template)
+            return (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared(p, self.template)
+        return geometry
+
+    def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
+        """Under WGMMA a forward role's entry is ``frdhead_wg_<role>`` (sm_90 only)."""
+        if not params.get("WGMMA"):
+            return super().kernel(role, params)
+        if self._capability is None:
+            self._capability = device.compute_capability()
+        if self._capability != (9, 0):
+            raise ValueError(f"{type(self).__name__}: WGMMA=1 needs an sm_90 GPU (Hopper), "
+                             f"this one is sm_{''.join(map(str, self._capability))}")
+        return super().kernel(f"wg_{role}", params)
+
+    def _wg_hidden(self, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any, hidden: Any, b: int,
+                   stream: Any) -> None:
+        """The WGMMA engine's first launch, hidden = ReLU(h_t w1^T + b1), on the logits
+        launch's grid; h_t, w1 and w2 are read in 16-byte loads."""
+        for name, arr in (("h_t", h_t), ("w1", w1), ("w2", w2)):
+            if int(arr.gpudata) % 16:
+                raise ValueError(f"{type(self).__name__}: {name}: device pointer "
+                                 f"{int(arr.gpudata):#x} is not 16-byte aligned, which the WGMMA "
+                                 "forward needs; pass an aligned array or launch with WGMMA=0")
+        self.kernel("hidden", plan.params)(
+            plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
+            hidden=hidden.gpudata, B=b, shared=wg_hidden_shared_bytes(plan.params, self.template),
+            stream=stream)
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:

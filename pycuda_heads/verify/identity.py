@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping
 
 from .. import records
 from ..catalog import SUITE_TEMPLATE, catalog
-from ..core.compile import NVCC_OPTIONS, cache_dir
+from ..core.compile import NVCC_OPTIONS, cache_dir, variant_arch
 from ..core.op import op_source_hash
 from ..core.tuned import table_dir
 from .static_check import NvccUnavailableError, nvcc_version
@@ -53,14 +53,17 @@ cat, out = catalog(), []
 for v in json.load(sys.stdin):
     spec = cat[v["kernel"]]
     env = {**v["template"]}
+    known = {k: x for k, x in v["params"].items() if k in spec.space.params}
+    params = spec.space.complete(known, env)  # knobs this tree has and the entry lacks
     host = {}
     for label, shape in v["shapes"].items():
         names = {**env, **shape}
-        host[label] = {"shared_bytes": spec.space.shared_bytes(v["params"], names),
-                       "runs": spec.space.violated(v["params"], env, shape) is None}
-    out.append({"source": render(spec.family, {**spec.template(env), **v["params"]},
+        host[label] = {"shared_bytes": spec.space.shared_bytes(params, names),
+                       "runs": spec.space.violated(params, env, shape) is None}
+    out.append({"source": render(spec.family, {**spec.template(env), **params},
                                  spec.source_dir),
-                "host": host, "source_hash": op_source_hash(spec.op)})
+                "host": host, "source_hash": op_source_hash(spec.op),
+                "dropped": sorted(set(v["params"]) - set(known))})
 json.dump(out, sys.stdout)
 """
 
@@ -118,11 +121,11 @@ def strip_ptx(ptx: str) -> str:
                    if not line.lstrip().startswith(".file"))
 
 
-def compile_digests(source: str, fresh: bool = False) -> dict[str, str]:
+def compile_digests(source: str, fresh: bool = False, arch: str = ARCH) -> dict[str, str]:
     """sha256 of the stripped PTX (compute_90) and of the cubin (sm_90) of ``source``, compiled
     as the library compiles; cached on disk by source, options and nvcc version (``fresh``:
     compiled again, the cache overwritten)."""
-    key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, ARCH, nvcc_version()))
+    key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, arch, nvcc_version()))
                          .encode()).hexdigest()[:24]
     cached = cache_dir("identity") / f"{key}.json"
     if cached.is_file() and not fresh:
@@ -130,9 +133,9 @@ def compile_digests(source: str, fresh: bool = False) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="pycuda-heads-") as tmp:
         cu, ptx, cubin = (Path(tmp) / n for n in ("v.cu", "v.ptx", "v.cubin"))
         cu.write_text(source)
-        for cmd in (["nvcc", *NVCC_OPTIONS, f"-arch={ARCH.replace('sm_', 'compute_')}",
+        for cmd in (["nvcc", *NVCC_OPTIONS, f"-arch={arch.replace('sm_', 'compute_')}",
                      "--ptx", "-o", str(ptx), str(cu)],
-                    ["ptxas", f"-arch={ARCH}", "-o", str(cubin), str(ptx)]):
+                    ["ptxas", f"-arch={arch}", "-o", str(cubin), str(ptx)]):
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr.strip()}")
@@ -203,13 +206,22 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     revision = _revision(root, base)
     todo = variants(family, sample)
     before, after = render_at(revision, todo, root), render_at(None, todo, root)
+    # a point that sets a knob the base has not got away from its default is a new kernel,
+    # with nothing to be identical to
+    default = {s.id: s.space.default for s in catalog() if s.family == family}
+    kept = [i for i, v in enumerate(todo)
+            if all(v["params"][k] == default[v["kernel"]][k] for k in before[i]["dropped"])]
+    new_points = len(todo) - len(kept)
+    todo, before, after = ([seq[i] for i in kept] for seq in (todo, before, after))
     sources = [r["source"] for r in (*before, *after)]
+    archs = [variant_arch(v["params"]) or ARCH for v in todo] * 2
     with ThreadPoolExecutor(jobs) as pool:
-        digests = list(pool.map(compile_digests, sources))
+        digests = list(pool.map(lambda i: compile_digests(sources[i], arch=archs[i]),
+                                range(len(sources))))
         # A difference is confirmed by compiling both sides again: a cached digest once held
         # a compile that no later one reproduced, and a false difference would refuse a restamp
         differ = [i for i in range(len(todo)) if digests[i] != digests[len(todo) + i]]
-        again = list(pool.map(lambda i: compile_digests(sources[i], fresh=True),
+        again = list(pool.map(lambda i: compile_digests(sources[i], fresh=True, arch=archs[i]),
                               [j for i in differ for j in (i, len(todo) + i)]))
     for n, i in enumerate(differ):
         digests[i], digests[len(todo) + i] = again[2 * n], again[2 * n + 1]
@@ -231,6 +243,7 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
                      "source_hash": after[0]["source_hash"]},
             "nvcc": nvcc_version(), "options": list(NVCC_OPTIONS), "arch": ARCH,
             "compared": len(rows), "shipped": sum(r["origin"].startswith("tuned") for r in rows),
+            "new_at_head": new_points,
             "all_equal": all(r["equal"] for r in rows), "variants": rows}
 
 

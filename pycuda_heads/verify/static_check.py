@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from .. import records
 from ..catalog import SUITE_TEMPLATE, Catalog, catalog
-from ..core.compile import NVCC_OPTIONS, cache_dir
+from ..core.compile import NVCC_OPTIONS, cache_dir, variant_arch
 from ..core.device import GpuUnavailableError, driver_devices
 from ..core.source import render, variant_hash
 from ..core.spec import KernelSpec
@@ -115,9 +115,10 @@ def find_atomics(ptx: str) -> list[str]:
 
 def check_variant(family: str, constants: Mapping[str, Any], arch: str = "sm_90",
                   entry: str | None = None, source_dir: Path | None = None) -> StaticReport:
-    """Compile one variant for ``arch`` and report atomics (anywhere in the module) and the
-    resources of ``entry`` (every entry when None)."""
-    report = _check(family, constants, arch, source_dir)
+    """Compile one variant for ``arch`` (a variant that needs its own, ``variant_arch``, for
+    that one) and report atomics (anywhere in the module) and the resources of ``entry`` (every
+    entry when None)."""
+    report = _check(family, constants, variant_arch(constants) or arch, source_dir)
     if entry is not None:
         report.entries = {k: v for k, v in report.entries.items() if k == entry}
     return report

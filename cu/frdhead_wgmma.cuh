@@ -1,0 +1,278 @@
+// FRD head forward on Hopper's warpgroup MMA (wgmma, sm_90a), for the model's head shape:
+// D_IN = FRD_HIDDEN = 128 and 104 < HA <= 112 (the restriction in ops/frdhead.py).
+//   frdhead_wg_hidden        hidden = ReLU(h_t w1^T + b1)              (m64n128 products)
+//   frdhead_wg_forward       logits = hidden w2^T + b2                 (m64n112: HA padded)
+//   frdhead_wg_forward_loss  the logits, then softmax_ce_row on each (row, horizon)
+// The op launches frdhead_wg_hidden, then one of the others. Why two kernels and not one: w1's and
+// w2's split halves take 128 + 112 KB of shared memory, more than a block has.
+//
+// 3xTF32 as in the mma.sync kernels (split(), the dropped small*small term). A block of WG
+// warpgroups splits its weight once into big and small halves in wgmma's K-major core-matrix
+// layout, then each warpgroup takes row tiles of 64, grid-strided, its next tile's cp.async in
+// flight while it multiplies: A (the rows) comes from registers, read from a raw row buffer,
+// split and multiplied CS k-steps at a time; B (the weight halves) through shared-memory
+// descriptors. Fixed sums (k ascending within a wgmma, the passes in order): bitwise reruns.
+// Knobs: WG (warpgroups a block), CS (k-steps a chunk), SWZ (1: the row buffer unpadded, odd
+// rows' 16-byte chunks XOR 4; 0: rows padded by 16 floats; both conflict-free).
+
+#define WG_THREADS (128 * WG)
+#define WG_ROWS 64                 // a tile's rows: one m64 product
+#define WG_K FRD_HIDDEN            // depth of both products (D_IN == FRD_HIDDEN)
+#define WG_N2 112                  // the logits' columns, padded
+#define WG_XROW (WG_K + (SWZ ? 0 : 16))
+// float offset of columns col .. col + 3 (col a multiple of 4) of row r in a row buffer
+#define WG_XOFF(r, col) ((r) * WG_XROW + (SWZ ? ((((col) >> 2) ^ (((r) & 1) << 2)) << 2) : (col)))
+static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma forward is built for 128 x 128");
+static_assert(HA <= WG_N2 && HA > WG_N2 - 8, "the m64n112 accumulator holds 105..112 logits");
+static_assert(CS % 2 == 0 && (WG_K / 8) % CS == 0, "chunks of whole float4 pairs of k-steps");
+
+// float offset of element (r, k) of an R-row operand in the no-swizzle K-major layout: core
+// matrices of 8 rows by 4 floats of k (128 contiguous bytes), k groups R * 16 bytes apart
+__device__ __forceinline__ int core_offset(int r, int k, int rows) {
+    return ((k >> 2) * (rows >> 3) + (r >> 3)) * 32 + (r & 7) * 4 + (k & 3);
+}
+
+// shared-memory matrix descriptor, no swizzle: leading byte offset = the k-group step, stride
+// byte offset = the 8-row step
+__device__ __forceinline__ unsigned long long wg_desc(const float* p, unsigned lead,
+                                                      unsigned stride) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    return (unsigned long long)((a & 0x3FFFF) >> 4) | (unsigned long long)(lead >> 4) << 16
+           | (unsigned long long)(stride >> 4) << 32;
+}
+
+// Accumulator operands of m64n112 (56 a thread) and m64n128 (64: the 56 and 8 more).
+#define WG_REGS_56 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55"
+#define WG_ACC_56 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+#define WG_OPEN(n) "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n" #n "k8.f32.tf32.tf32 {" WG_REGS_56
+
+// d (m64n128 or m64n112, f32) += A (64 x 8, registers: a0 (g, t), a1 (g+8, t), a2 (g, t+4),
+// a3 (g+8, t+4), g = lane / 4, t = lane % 4 within the warp's 16 rows) . B (descriptor db)^T
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const unsigned (&a)[4],
+                                         unsigned long long db) {
+    asm volatile(WG_OPEN(128) ", %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : WG_ACC_56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+__device__ __forceinline__ void wgmma_rs(float (&d)[56], const unsigned (&a)[4],
+                                         unsigned long long db) {
+    asm volatile(WG_OPEN(112) "}, {%56, %57, %58, %59}, %60, p, 1, 1;\n}\n"
+                 : WG_ACC_56 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// the warpgroup's 128 threads copy rows [r0, r0 + WG_ROWS) of x [M, WG_K] into buf (rows past
+// M read as zeros)
+__device__ __forceinline__ void wg_load_tile(float* buf, const float* __restrict__ x, int r0,
+                                             int M, int tid) {
+    for (int e = tid; e < WG_ROWS * WG_K / 4; e += 128) {
+        const int r = e / (WG_K / 4), c = 4 * (e % (WG_K / 4));
+        const bool in = r0 + r < M;
+        copy16(buf + WG_XOFF(r, c), in ? x + (size_t)(r0 + r) * WG_K + c : x, in);
+    }
+    commit_copies();
+}
+
+__device__ __forceinline__ void wg_barrier(int wg) {
+    asm volatile("bar.sync %0, 128;\n" :: "r"(wg + 1) : "memory");
+}
+
+// A k-step's 8 logical columns are a permutation of 16 physical ones (the float4 a thread
+// reads): fragment column kk of k-step s is physical 16 (s / 2) + 4 (kk % 4) + 2 (s % 2) + kk / 4.
+// B is staged under the same permutation, so the sum over k is unchanged.
+// w [n_valid, WG_K] into its halves wb, ws [ROWS x WG_K] (rows past n_valid zero), by all the
+// block's threads with 16-byte loads: physical columns 16c + 4q .. + 3 are logical (k-step 2c,
+// q), (2c, q + 4), (2c + 1, q), (2c + 1, q + 4); lane L takes row n % 8 = L / 4 and q = L % 4,
+// so a warp's stores hit 32 banks.
+template <int ROWS>
+__device__ __forceinline__ void wg_stage_split(float* wb, float* ws, const float* __restrict__ w,
+                                               int n_valid) {
+#pragma unroll 8
+    for (int e = threadIdx.x; e < ROWS * WG_K / 4; e += WG_THREADS) {
+        const int L = e % 32, blk = e / 32;
+        const int n = 8 * (blk % (ROWS / 8)) + L / 4, c = blk / (ROWS / 8), q = L % 4;
+        const float4 v = n < n_valid
+            ? __ldg(reinterpret_cast<const float4*>(w) + n * (WG_K / 4) + 4 * c + q)
+            : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int l = 8 * (2 * c + (i >> 1)) + q + 4 * (i & 1);
+            unsigned big, small;
+            split(vs[i], big, small);
+            wb[core_offset(n, l, ROWS)] = __uint_as_float(big);
+            ws[core_offset(n, l, ROWS)] = __uint_as_float(small);
+        }
+    }
+}
+
+// d = A . B^T over WG_K for the warp's 16 rows of the tile in buf, B's halves wb, ws of
+// ROWS = 2 * NACC rows, in 3xTF32: small.big + big.small + big.big a k-step. After the last
+// chunk's fragments are read, tile_read() runs: the buffer may take the next tile.
+template <int NACC, class Read>
+__device__ __forceinline__ void wg_tile_products(float (&d)[NACC], const float* buf,
+                                                 const float* wb, const float* ws, int warp,
+                                                 int g, int t, Read tile_read) {
+    constexpr int ROWS = 2 * NACC;
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+#pragma unroll
+    for (int c0 = 0; c0 < WG_K / 8; c0 += CS) {
+        float4 raw[CS / 2][2];  // physical columns 16c + 4t .. + 3 of rows g and g + 8
+#pragma unroll
+        for (int c = 0; c < CS / 2; ++c)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                raw[c][h] = *reinterpret_cast<const float4*>(
+                    buf + WG_XOFF(16 * warp + g + 8 * h, 16 * (c0 / 2 + c) + 4 * t));
+        if (c0 + CS == WG_K / 8) tile_read();
+        unsigned big[CS][4], small[CS][4];
+#pragma unroll
+        for (int s = 0; s < CS; ++s) {
+            const float4 r0 = raw[s / 2][0], r1 = raw[s / 2][1];
+            split(s & 1 ? r0.z : r0.x, big[s][0], small[s][0]);
+            split(s & 1 ? r1.z : r1.x, big[s][1], small[s][1]);
+            split(s & 1 ? r0.w : r0.y, big[s][2], small[s][2]);
+            split(s & 1 ? r1.w : r1.y, big[s][3], small[s][3]);
+        }
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < CS; ++s) {
+            const int kb = 2 * (c0 + s) * (ROWS / 8) * 32;
+            wgmma_rs(d, small[s], wg_desc(wb + kb, ROWS * 16, 128));
+            wgmma_rs(d, big[s], wg_desc(ws + kb, ROWS * 16, 128));
+            wgmma_rs(d, big[s], wg_desc(wb + kb, ROWS * 16, 128));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
+    }
+}
+
+// A layer's block: its weight's halves [ROWS x WG_K] twice, then per warpgroup a row buffer
+// [WG_ROWS x WG_XROW] and EXTRA floats (the layer-2 staging). Walks the warpgroup's tiles and
+// hands each tile's accumulators to epilogue(d, first row of the warp, warp's extra, warp, g, t).
+template <int ROWS, int EXTRA, class Epilogue>
+__device__ __forceinline__ void wg_layer(const float* __restrict__ x, const float* __restrict__ w,
+                                         int n_valid, int M, Epilogue epilogue) {
+    float* wb = reinterpret_cast<float*>(dynamic_smem);
+    float* ws = wb + ROWS * WG_K;
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    float* buf = ws + ROWS * WG_K + wg * (WG_ROWS * WG_XROW + 4 * EXTRA);
+    float* extra = buf + WG_ROWS * WG_XROW + warp * EXTRA;
+    const int tiles = (M + WG_ROWS - 1) / WG_ROWS, stride = gridDim.x * WG;
+    int tile = blockIdx.x * WG + wg;
+    if (tile < tiles) wg_load_tile(buf, x, tile * WG_ROWS, M, tid);
+    wg_stage_split<ROWS>(wb, ws, w, n_valid);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
+    __syncthreads();
+    for (; tile < tiles; tile += stride) {
+        wait_copies<0>();
+        wg_barrier(wg);
+        float d[ROWS / 2];
+        wg_tile_products(d, buf, wb, ws, warp, g, t, [&] {
+            wg_barrier(wg);  // every thread has read the tile: the buffer takes the next
+            if (tile + stride < tiles) wg_load_tile(buf, x, (tile + stride) * WG_ROWS, M, tid);
+        });
+        epilogue(d, tile * WG_ROWS + 16 * warp, extra, lane, g, t);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+frdhead_wg_hidden(const float* __restrict__ h_t, const float* __restrict__ w1,
+               const float* __restrict__ b1, float* __restrict__ hidden, const int B)
+{
+    wg_layer<FRD_HIDDEN, 0>(h_t, w1, FRD_HIDDEN, B,
+                            [&](float (&d)[FRD_HIDDEN / 2], int r8, float*, int, int g, int t) {
+#pragma unroll
+        for (int j = 0; j < FRD_HIDDEN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = r8 + g + 8 * h, c = 8 * j + 2 * t;
+                if (r < B) {
+                    float2 v;
+                    v.x = fmaxf(d[4 * j + 2 * h] + __ldg(b1 + c), 0.f);
+                    v.y = fmaxf(d[4 * j + 2 * h + 1] + __ldg(b1 + c + 1), 0.f);
+                    *reinterpret_cast<float2*>(hidden + (size_t)r * FRD_HIDDEN + c) = v;
+                }
+            }
+    });
+}
+
+// rows [r0, r0 + 8) of out [M, HA] from a warp's staging area (8 x HA, contiguous), coalesced
+// (a row is HA floats, so a fragment's float2 is not aligned in global memory)
+__device__ __forceinline__ void wg_store_rows(float* __restrict__ out, const float* stage, int r0,
+                                              int M, int lane) {
+    __syncwarp();
+    const int n = min(8, M - r0) * HA;
+    for (int i = lane; i < n; i += 32) out[(size_t)r0 * HA + i] = stage[i];
+    __syncwarp();
+}
+
+// The second layer; with LOSS, a warp's 8 staged logits rows go through softmax_ce_row, one lane
+// a (row, horizon) pair p, whose atoms sit at stage[N_ATOMS p ..] (N_ATOMS odd: the lanes' reads
+// hit distinct banks; labels and ce are contiguous in p).
+template <bool LOSS>
+__device__ __forceinline__ void wg_logits(const float* __restrict__ hidden,
+                                          const float* __restrict__ w2,
+                                          const float* __restrict__ b2,
+                                          const int* __restrict__ labels,
+                                          float* __restrict__ logits,
+                                          float* __restrict__ grad_logits, float* __restrict__ ce,
+                                          const int B, const float inv_b) {
+    wg_layer<WG_N2, 8 * HA>(hidden, w2, HA, B,
+                            [&](float (&d)[WG_N2 / 2], int r8, float* stage, int lane, int g,
+                                int t) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows g (h 0) and g + 8 (h 1) of the warp's 16
+            const int r0 = r8 + 8 * h;
+#pragma unroll
+            for (int j = 0; j < WG_N2 / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int c = 8 * j + 2 * t + e;
+                    if (c < HA) stage[g * HA + c] = d[4 * j + 2 * h + e] + __ldg(b2 + c);
+                }
+            wg_store_rows(logits, stage, r0, B, lane);
+            if (LOSS) {
+                for (int p = lane; p < 8 * N_HORIZONS; p += 32) {
+                    const bool in = r0 + p / N_HORIZONS < B;
+                    const float loss = softmax_ce_row(stage + N_ATOMS * p,
+                                                      in ? labels[(size_t)r0 * N_HORIZONS + p] : -1,
+                                                      inv_b);
+                    if (in) ce[(size_t)r0 * N_HORIZONS + p] = loss;
+                }
+                wg_store_rows(grad_logits, stage, r0, B, lane);
+            }
+        }
+    });
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+frdhead_wg_forward(const float* __restrict__ hidden, const float* __restrict__ w2,
+                const float* __restrict__ b2, float* __restrict__ logits, const int B)
+{
+    wg_logits<false>(hidden, w2, b2, nullptr, logits, nullptr, nullptr, B, 0.f);
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+frdhead_wg_forward_loss(const float* __restrict__ hidden, const float* __restrict__ w2,
+                     const float* __restrict__ b2, const int* __restrict__ labels,
+                     float* __restrict__ logits, float* __restrict__ grad_logits,
+                     float* __restrict__ ce, const int B, const float inv_b)
+{
+    wg_logits<true>(hidden, w2, b2, labels, logits, grad_logits, ce, B, inv_b);
+}

@@ -1,0 +1,71 @@
+"""Issue 32 probe: the library's FrdHead with its forward roles on WGMMA=1 (cu/frdhead_wgmma.cuh)
+against the shipped launches, GPU time of forward, forward_loss and forward_loss + both backward
+stages, at the suite batches. Each WGMMA point is checked against the shipped launch's outputs
+first (the float64 checks are the tests'; this only guards the timing of a broken point).
+
+    source .gpu/env.sh && python probes/frdhead_wgmma/engine.py $OUT/frd_engine.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pycuda.gpuarray as ga
+
+import pycuda_heads as ph
+from pycuda_heads.perf.timing import gpu_time_us
+
+D = F = 128
+H, A = 5, 21
+POINTS = {"shipped": None,
+          "wg2_cs16_swz": {"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 1},
+          "wg2_cs16_pad": {"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 0},
+          "wg2_cs4_swz": {"WGMMA": 1, "WG": 2, "CS": 4, "SWZ": 1},
+          "wg1_cs4_swz": {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 1}}
+
+
+def inputs(b: int) -> dict:
+    rng = np.random.default_rng(b)
+    labels = rng.integers(0, A, size=(b, H)).astype(np.int32)
+    labels[rng.random((b, H)) < 0.1] = -1
+    return {"h_t": ga.to_gpu(rng.standard_normal((b, D), dtype=np.float32)),
+            "w1": ga.to_gpu((rng.standard_normal((F, D)) / np.sqrt(D)).astype(np.float32)),
+            "b1": ga.to_gpu(rng.standard_normal(F, dtype=np.float32) * np.float32(0.1)),
+            "w2": ga.to_gpu((rng.standard_normal((H, A, F)) / np.sqrt(F)).astype(np.float32)),
+            "b2": ga.to_gpu(rng.standard_normal((H, A), dtype=np.float32)),
+            "labels": ga.to_gpu(labels)}
+
+
+def main(path: str) -> None:
+    out: dict = {}
+    for b in (65536, 16384, 1024):
+        x = inputs(b)
+        args = [x[n] for n in ("h_t", "w1", "b1", "w2", "b2")]
+        ref = None
+        for name, p in POINTS.items():
+            head = ph.FrdHead(D, F, H, A, launch=None if p is None else
+                              {"forward": p, "forward_loss": p})
+            got = [o.get() for o in head.forward_loss(*args, x["labels"])]
+            if ref is None:
+                ref = got
+            err = max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30))
+                      for g, r in zip(got, ref))
+
+            def step() -> None:
+                hidden, _, grad_logits, _ = head.forward_loss(*args, x["labels"])
+                head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
+            row = {"rel_diff_vs_shipped": err,
+                   "forward_us": gpu_time_us(lambda: head.forward(*args))["median_us"],
+                   "forward_loss_us": gpu_time_us(
+                       lambda: head.forward_loss(*args, x["labels"]))["median_us"],
+                   "fwd_loss_bwd_us": gpu_time_us(step)["median_us"]}
+            out.setdefault(str(b), {})[name] = row
+            print(b, name, {k: round(v, 2) if k.endswith("us") else "%.1e" % v
+                            for k, v in row.items()}, flush=True)
+            Path(path).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
