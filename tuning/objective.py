@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from pycuda_heads.core import device
-from pycuda_heads.core.compile import NVCC_OPTIONS
+from pycuda_heads.core.compile import NVCC_OPTIONS, variant_arch
 from pycuda_heads.core.device import cuda
 from pycuda_heads.core.source import render
 from pycuda_heads.core.space import Point
@@ -109,15 +109,15 @@ def compile_source(source: str, arch: str) -> str | None:
     return None
 
 
-def compile_all(sources: Iterable[str], arch: str, workers: int) -> int:
-    """Compile every distinct source; returns how many failed."""
+def compile_all(sources: Iterable[tuple[str, str]], workers: int) -> int:
+    """Compile every distinct (source, arch); returns how many failed."""
     unique = list(dict.fromkeys(sources))
     if not unique:
         return 0
     # spawn: the parent holds a CUDA context, which a forked child must not inherit
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context) as pool:
-        errors = list(pool.map(compile_source, unique, [arch] * len(unique)))
+        errors = list(pool.map(compile_source, *zip(*unique)))
     failed = [e for e in errors if e]
     for error in failed[:3]:
         log.warning("precompile failed: %s", error[:500])
@@ -140,6 +140,6 @@ class GpuContext:
                    device.max_shared_bytes())
 
     def precompile(self, items: list[tuple[TuningTask, Point]], workers: int) -> int:
-        sources = [render(task.family, {**task.template, **point}, task.spec.source_dir)
-                   for task, point in items]
-        return compile_all(sources, self.arch, workers)
+        constants = [({**task.template, **point}, task) for task, point in items]
+        return compile_all([(render(task.family, c, task.spec.source_dir),
+                             variant_arch(c) or self.arch) for c, task in constants], workers)
