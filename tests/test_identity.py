@@ -81,6 +81,30 @@ def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monke
                                                        ("head", False), ("head", True)]
 
 
+def test_a_point_of_a_knob_the_base_lacks_is_new_not_compared(monkeypatch):
+    """A WGMMA=1 point renders at the base without the knob (the old engine): it is a new
+    kernel, left out of the comparison and counted; the same knob at its default is compared,
+    and compiled for the arch the variant needs."""
+    from pycuda_heads.verify import identity
+    default = dict(catalog()["frdhead.forward"].space.default)
+    todo = [{"kernel": "frdhead.forward", "template": {}, "params": {**default, "WGMMA": w},
+             "origin": "sample"} for w in (0, 1)]
+    monkeypatch.setattr(identity, "_revision", lambda root, rev: rev)
+    monkeypatch.setattr(identity, "variants", lambda family, sample: todo)
+    monkeypatch.setattr(identity, "render_at", lambda rev, todo, root: [
+        {"source": f"v{v['params']['WGMMA']}", "host": {}, "source_hash": str(rev),
+         "dropped": ["WGMMA", "WG", "CS", "SWZ"] if rev else []} for v in todo])
+    archs = []
+
+    def digests(source, fresh=False, arch=identity.ARCH):
+        archs.append(arch)
+        return {"ptx": source, "cubin": source}
+    monkeypatch.setattr(identity, "compile_digests", digests)
+    proof = identity.prove("frdhead", "base", root=ROOT)
+    assert proof["compared"] == 1 and proof["new_at_head"] == 1 and proof["all_equal"]
+    assert proof["variants"][0]["params"]["WGMMA"] == 0 and set(archs) == {identity.ARCH}
+
+
 def test_the_variants_hold_every_shipped_entry_and_every_layout():
     todo = variants("pool", sample=4)
     keys = {json.dumps([v["kernel"], v["template"], v["params"]], sort_keys=True) for v in todo}

@@ -765,3 +765,18 @@ def test_gpu_evaluator_rotates_input_sets_and_reports_validation(monkeypatch):
     alive[0] = True
     with pytest.raises(ZeroDivisionError):  # an ordinary error: recorded by the session
         ev.time({"BLOCK": 64, "ITEMS": 2})
+
+
+def test_precompile_builds_each_variant_for_its_own_arch(monkeypatch):
+    """A WGMMA=1 point compiles for sm_90a, the others for the device's arch."""
+    from pycuda_heads.catalog import catalog
+    from pycuda_heads.tuning import objective
+    spec = catalog()["frdhead.forward"]
+    task = TuningTask.from_spec(spec, {"B": 65536}, "G", "g")
+    seen = []
+    monkeypatch.setattr(objective, "compile_all",
+                        lambda sources, workers: seen.extend(arch for _, arch in sources))
+    gpu = objective.GpuContext("H200", "h200", "sm_90", 227 * 1024)
+    points = [spec.space.complete({"WGMMA": w}, task.template) for w in (0, 1)]
+    gpu.precompile([(task, p) for p in points], workers=1)
+    assert seen == ["sm_90", "sm_90a"]

@@ -122,9 +122,9 @@ def strip_ptx(ptx: str) -> str:
 
 
 def compile_digests(source: str, fresh: bool = False, arch: str = ARCH) -> dict[str, str]:
-    """sha256 of the stripped PTX (compute_90) and of the cubin (sm_90) of ``source``, compiled
-    as the library compiles; cached on disk by source, options and nvcc version (``fresh``:
-    compiled again, the cache overwritten)."""
+    """sha256 of the stripped PTX and of the cubin of ``source`` for ``arch`` (sm_90, or the
+    variant's own: ``variant_arch``), compiled as the library compiles; cached on disk by
+    source, options, arch and nvcc version (``fresh``: compiled again, the cache overwritten)."""
     key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, arch, nvcc_version()))
                          .encode()).hexdigest()[:24]
     cached = cache_dir("identity") / f"{key}.json"
