@@ -1,9 +1,8 @@
 """Issue 32 probe: the FRD head's first layer on wgmma against float64, cuBLAS (TF32 and FP32,
 through torch) and the library's whole FrdHead forward, at B = 65536, 16384, 1024 and 333 (a
-short last tile, checked only). Variants: ``smem`` is wgmma.cu (x split into shared memory);
-``rs_*`` is wgmma_rs.cu (A from registers, WG warpgroups a block, WSTAGE: w staged a float or 16
-bytes at a time, CS: k-steps a chunk, SWZ: the swizzled x buffer); PASSES 3/1: 3xTF32 or plain
-TF32 (held to ``TF32_BOUND``). Each variant is checked first: outputs poisoned with NaN, every element written,
+short last tile, checked only). Variants: ``smem`` is wgmma.cu (x split into shared memory),
+PASSES 3/1: 3xTF32 or plain TF32 (held to ``TF32_BOUND``); its helpers (cuBLAS peers, one
+process a variant, the record) serve wgrad.py too. Each variant is checked first: outputs poisoned with NaN, every element written,
 error within the library's validation tolerance (``verify.checks.compare``) for 3xTF32, bitwise
 reruns; a variant that fails is not timed. Each variant runs in a process of its own, so one that
 faults (a wrong fragment order can) does not take the others with it. Prints a table; writes
@@ -33,17 +32,13 @@ HERE = Path(__file__).resolve().parent
 N, K, BM = 128, 128, 64
 BATCHES = (65536, 16384, 1024, 333)
 # name: (source, entry, -D defines, warpgroups a block, shared bytes)
+# Steps 2-5 (A from registers, the second layer with the loss) are in the library since
+# c993664 (cu/frdhead_wgmma.cuh, knob WGMMA; engine.py times it); their probe sources are in git
+# history, their records in reports/nvidia-h200/probes/frd_wgmma_step*.
 VARIANTS = {"smem_pass3": ("wgmma.cu", "wg_layer", {"PASSES": 3}, 1,
+                           4 * (2 * N * K + 2 * BM * K)),
+            "smem_pass1": ("wgmma.cu", "wg_layer", {"PASSES": 1}, 1,
                            4 * (2 * N * K + 2 * BM * K))}
-# A from registers: (WG, WSTAGE, PASSES, CS, SWZ); steps 2 and 3 measured the others
-VARIANTS.update({
-    f"rs_wg{wg}_ws{ws}_pass{p}" + (f"_cs{cs}" if cs else "") + ("_swz" if swz else ""): (
-        "wgmma_rs.cu", "wg_layer_rs",
-        {"WG": wg, "WSTAGE": ws, "PASSES": p, **({"CS": cs} if cs else {}), "SWZ": swz}, wg,
-        4 * (2 * N * K + wg * BM * (K + (0 if swz else 16))))
-    for wg, ws, p, cs, swz in ((2, 1, 3, 0, 0), (2, 1, 3, 4, 0), (2, 1, 3, 0, 1),
-                               (3, 1, 3, 4, 1), (3, 1, 3, 2, 1), (3, 1, 1, 4, 1),
-                               (2, 2, 3, 0, 1), (2, 2, 1, 0, 1), (3, 2, 3, 4, 1))})
 # plain TF32 is held to this bound instead of the library tolerance (it catches a wrong layout)
 TF32_BOUND = 2e-3
 
