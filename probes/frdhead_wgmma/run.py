@@ -23,6 +23,7 @@ import pycuda.gpuarray as ga
 
 import pycuda_heads as ph
 from pycuda_heads.core import device
+from pycuda_heads.core.source import cu_dir
 from pycuda_heads.perf.bench import CudaHarness
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
@@ -49,7 +50,7 @@ def build(name: str) -> object:
     options = ["-O3", f"-DN={N}", f"-DK={K}", *(f"-D{k}={v}" for k, v in defines.items())]
     with device.thread_context():
         fn = SourceModule((HERE / source).read_text(), no_extern_c=True, arch="sm_90a",
-                          include_dirs=[str(HERE)], options=options).get_function(entry)
+                          include_dirs=[str(HERE), str(cu_dir())], options=options).get_function(entry)
     fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
     return fn
 

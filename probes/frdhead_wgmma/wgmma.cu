@@ -41,7 +41,7 @@ wg_layer(const float* __restrict__ x, const float* __restrict__ w, const float* 
     float* xs = xb + BM * K;    // x tile small
     for (int e = threadIdx.x; e < N * K; e += NT) {
         const int n = e / K, k = e % K;
-        store_split(w[e], wb + cm(n, k, N), ws + cm(n, k, N));
+        store_split(w[e], wb + core_offset(n, k, N), ws + core_offset(n, k, N));
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int tile = blockIdx.x; tile * BM < M; tile += gridDim.x) {
@@ -50,7 +50,7 @@ wg_layer(const float* __restrict__ x, const float* __restrict__ w, const float* 
         for (int e = threadIdx.x; e < BM * K; e += NT) {
             const int r = e / K, k = e % K;
             const float v = r0 + r < M ? x[(size_t)(r0 + r) * K + k] : 0.f;
-            store_split(v, xb + cm(r, k, BM), xs + cm(r, k, BM));
+            store_split(v, xb + core_offset(r, k, BM), xs + core_offset(r, k, BM));
         }
         // generic-proxy writes to shared memory, then read by wgmma (the async proxy)
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -64,10 +64,10 @@ wg_layer(const float* __restrict__ x, const float* __restrict__ w, const float* 
             const unsigned la = BM * 16, lb = N * 16;
             const int ka = 2 * s * (BM / 8) * 32, kb = 2 * s * (N / 8) * 32;
 #if PASSES == 3
-            wgmma_ss(d, desc(xs + ka, la, 128), desc(wb + kb, lb, 128));
-            wgmma_ss(d, desc(xb + ka, la, 128), desc(ws + kb, lb, 128));
+            wgmma_ss(d, wg_desc(xs + ka, la, 128), wg_desc(wb + kb, lb, 128));
+            wgmma_ss(d, wg_desc(xb + ka, la, 128), wg_desc(ws + kb, lb, 128));
 #endif
-            wgmma_ss(d, desc(xb + ka, la, 128), desc(wb + kb, lb, 128));
+            wgmma_ss(d, wg_desc(xb + ka, la, 128), wg_desc(wb + kb, lb, 128));
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

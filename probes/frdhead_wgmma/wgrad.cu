@@ -68,8 +68,8 @@ wg_wgrad(const float* __restrict__ a, const float* __restrict__ x, float* __rest
             const int n = 8 * (w % (N / 8)) + L / 4, k = 4 * (w / (N / 8)) + L % 4;
             unsigned big, small;
             split(rx[k * RAW + n], big, small);
-            xb[cm(n, k, N)] = __uint_as_float(big);
-            xs[cm(n, k, N)] = __uint_as_float(small);
+            xb[core_offset(n, k, N)] = __uint_as_float(big);
+            xs[core_offset(n, k, N)] = __uint_as_float(small);
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
@@ -86,9 +86,9 @@ wg_wgrad(const float* __restrict__ a, const float* __restrict__ x, float* __rest
 #pragma unroll
         for (int s = 0; s < BK / 8; ++s) {
             const int kb = 2 * s * (N / 8) * 32;
-            wgmma_rs(d, small[s], desc(xb + kb, N * 16, 128));
-            wgmma_rs(d, big[s], desc(xs + kb, N * 16, 128));
-            wgmma_rs(d, big[s], desc(xb + kb, N * 16, 128));
+            wgmma_rs(d, small[s], wg_desc(xb + kb, N * 16, 128));
+            wgmma_rs(d, big[s], wg_desc(xs + kb, N * 16, 128));
+            wgmma_rs(d, big[s], wg_desc(xb + kb, N * 16, 128));
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

@@ -18,6 +18,7 @@ import numpy as np
 import pycuda.gpuarray as ga
 
 from pycuda_heads.core import device
+from pycuda_heads.core.source import cu_dir
 from pycuda_heads.perf.bench import CudaHarness
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
@@ -44,7 +45,7 @@ def variant(name: str) -> dict:
     shared = bk * 3200
     with device.thread_context():
         mod = SourceModule((HERE / "wgrad.cu").read_text(), no_extern_c=True, arch="sm_90a",
-                           include_dirs=[str(HERE)], options=["-O3", f"-DM={M}", f"-DN={N}", f"-DBK={bk}"])
+                           include_dirs=[str(HERE), str(cu_dir())], options=["-O3", f"-DM={M}", f"-DN={N}", f"-DBK={bk}"])
     fn, red = mod.get_function("wg_wgrad"), mod.get_function("wg_reduce")
     fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
     out = {"registers": fn.num_regs, "shared_bytes": shared, "batches": {}}

@@ -175,6 +175,8 @@ class FrdHead(Op):
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
         self._capability: tuple[int, int] | None = None  # the device's, on the first WGMMA use
+        #: (role, B) -> the WGMMA engine's hidden launch (bound kernel, shared bytes)
+        self._hidden_launches: dict[tuple[str, int], tuple[Callable[..., None], int]] = {}
 
     def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
@@ -185,7 +187,7 @@ class FrdHead(Op):
         plan = self.plan("forward", {"B": b}, self._forward_geometry("forward", b))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
         if plan.params.get("WGMMA"):
-            self._wg_hidden(plan, h_t, w1, b1, w2, hidden, b, stream)
+            self._wg_hidden("forward", plan, h_t, w1, b1, w2, hidden, b, stream)
             plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
                         b2=b2.gpudata, logits=logits.gpudata, B=b, shared=plan.shared,
                         stream=stream)
@@ -208,7 +210,7 @@ class FrdHead(Op):
         hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
         ce = empty((b, h))
         if plan.params.get("WGMMA"):
-            self._wg_hidden(plan, h_t, w1, b1, w2, hidden, b, stream)
+            self._wg_hidden("forward_loss", plan, h_t, w1, b1, w2, hidden, b, stream)
             plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
                         b2=b2.gpudata, labels=labels.gpudata, logits=logits.gpudata,
                         grad_logits=grad_logits.gpudata, ce=ce.gpudata, B=b, inv_b=1.0 / b,
@@ -245,19 +247,24 @@ class FrdHead(Op):
                              f"this one is sm_{''.join(map(str, self._capability))}")
         return super().kernel(f"wg_{role}", params)
 
-    def _wg_hidden(self, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any, hidden: Any, b: int,
-                   stream: Any) -> None:
+    def _wg_hidden(self, role: str, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any,
+                   hidden: Any, b: int, stream: Any) -> None:
         """The WGMMA engine's first launch, hidden = ReLU(h_t w1^T + b1), on the logits
-        launch's grid; h_t, w1 and w2 are read in 16-byte loads."""
+        launch's grid (its kernel and shared bytes kept per role and batch, as the plan is);
+        h_t, w1 and w2 are read in 16-byte loads."""
         for name, arr in (("h_t", h_t), ("w1", w1), ("w2", w2)):
             if int(arr.gpudata) % 16:
                 raise ValueError(f"{type(self).__name__}: {name}: device pointer "
                                  f"{int(arr.gpudata):#x} is not 16-byte aligned, which the WGMMA "
                                  "forward needs; pass an aligned array or launch with WGMMA=0")
-        self.kernel("hidden", plan.params)(
-            plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
-            hidden=hidden.gpudata, B=b, shared=wg_hidden_shared_bytes(plan.params, self.template),
-            stream=stream)
+        hit = self._hidden_launches.get((role, b))
+        if hit is None:
+            hit = self._hidden_launches[(role, b)] = (
+                self.kernel("hidden", plan.params).__call__,
+                wg_hidden_shared_bytes(plan.params, self.template))
+        call, shared = hit
+        call(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
+             hidden=hidden.gpudata, B=b, shared=shared, stream=stream)
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
                 stream: Any = None) -> tuple[Any, Any, Any]:
