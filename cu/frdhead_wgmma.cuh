@@ -20,6 +20,11 @@
 #define WG_K FRD_HIDDEN            // depth of both products (D_IN == FRD_HIDDEN)
 #define WG_N2 112                  // the logits' columns, padded
 #define WG_XROW (WG_K + (SWZ ? 0 : 16))
+#define WG_STAGE (8 * HA)          // a warp's staged logits rows (the layer-2 epilogue)
+// A layer's dynamic shared memory (wg_layer): its weight's big and small halves [rows x WG_K],
+// then per warpgroup a row buffer and 4 warps' EXTRA floats. The op reads these two.
+#define WG_HIDDEN_FLOATS (2 * FRD_HIDDEN * WG_K + WG * WG_ROWS * WG_XROW)
+#define WG_LOGITS_FLOATS (2 * WG_N2 * WG_K + WG * (WG_ROWS * WG_XROW + 4 * WG_STAGE))
 // float offset of columns col .. col + 3 (col a multiple of 4) of row r in a row buffer
 #define WG_XOFF(r, col) ((r) * WG_XROW + (SWZ ? ((((col) >> 2) ^ (((r) & 1) << 2)) << 2) : (col)))
 static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma forward is built for 128 x 128");
@@ -183,7 +188,7 @@ __device__ __forceinline__ void wg_logits(const float* __restrict__ hidden,
                                           float* __restrict__ logits,
                                           float* __restrict__ grad_logits, float* __restrict__ ce,
                                           const int B, const float inv_b) {
-    wg_layer<WG_N2, 8 * HA>(hidden, w2, HA, B,
+    wg_layer<WG_N2, WG_STAGE>(hidden, w2, HA, B,
                             [&](float (&d)[WG_N2 / 2], int r8, float* stage, int lane, int g,
                                 int t) {
 #pragma unroll

@@ -22,6 +22,8 @@ from .. import reference as ref
 from ..core import device
 from ..core.arrays import Inputs, empty, wrap
 from ..core.op import Op
+from ..core.sizes import HeaderSizes
+from ..core.source import cu_dir
 from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, draw_labels
 from .frd import torch_softmax_ce_grad
@@ -50,24 +52,18 @@ def _ld_rows(n: int) -> int:
     return _up(n, 32) + 8
 
 
-# The WGMMA engine's tiles (frdhead_wgmma.cuh): 64 rows, the logits padded to 112 columns.
-WG_ROWS, WG_N2 = 64, 112
-
-
-def wg_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any], rows: int, extra: int) -> int:
-    """A WGMMA layer's block: its weight's big and small halves [rows x F], and per warpgroup a
-    row buffer (rows padded by 16 floats unless SWZ) and ``extra`` floats a warp (wg_layer)."""
-    f = env["FRD_HIDDEN"]
-    return 4 * (2 * rows * f + p["WG"] * (WG_ROWS * (f + (0 if p["SWZ"] else 16)) + 4 * extra))
+# The WGMMA engine's tile rows and shared-memory floats, as cu/frdhead_wgmma.cuh declares them.
+SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma.cuh")
+WG_ROWS, WG_N2 = SIZES.value("WG_ROWS", {}), SIZES.value("WG_N2", {})
 
 
 def wg_hidden_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
-    return wg_shared_bytes(p, env, env["FRD_HIDDEN"], 0)
+    return 4 * SIZES.value("WG_HIDDEN_FLOATS", {**env, **p})
 
 
 def wg_logits_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     """The layer-2 block: w2's halves, the row buffers and each warp's 8 staged logits rows."""
-    return wg_shared_bytes(p, env, WG_N2, 8 * env["N_HORIZONS"] * env["N_ATOMS"])
+    return 4 * SIZES.value("WG_LOGITS_FLOATS", {**env, **p})
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -120,7 +116,7 @@ _FORWARD_RULES = (_CHUNK_RULE,
                   "WGMMA == 1 or (WG == 2 and CS == 16 and SWZ == 1)",
                   "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
                   "WGMMA == 0 or (D_IN == 128 and FRD_HIDDEN == 128 "
-                  "and 104 < N_HORIZONS * N_ATOMS <= 112)")
+                  f"and {WG_N2 - 8} < N_HORIZONS * N_ATOMS <= {WG_N2})")
 FORWARD_SPACE = KernelSpace(
     kernel="frdhead.forward", params=_FORWARD_KNOBS, default=_FORWARD_DEFAULT,
     restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
