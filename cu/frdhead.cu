@@ -22,8 +22,8 @@
 // land in the block's scratch row (weights, then biases); the host adds the rows with one
 // reduce_axis0. No atomics; one writer per element.
 // Template constants: D_IN, FRD_HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile: 16, 32, 64),
-// CHUNK (rows per block, a multiple of BM); the forward roles' WGMMA (1: frdhead_wgmma.cuh's
-// entries instead, with its knobs WG, CS, SWZ).
+// CHUNK (rows per block, a multiple of BM); WGMMA (1: frdhead_wgmma.cuh's entries for the
+// forward roles, frdhead_wgmma_bwd.cuh's for the backward stages, with their own knobs).
 #include "heads_common.cuh"
 
 // One block of 8 warps per SM: the weights and two tiles fill most of shared memory, and the
@@ -202,8 +202,15 @@ __device__ __forceinline__ float softmax_ce_row(float* z, int label, float inv_b
     return label == -1 ? 0.f : bad ? NAN : -logf(fmaxf(p_label, 1e-30f));
 }
 
-#if WGMMA  // the forward roles on Hopper's warpgroup MMA (sm_90a), entries frdhead_wg_*
+// Hopper's warpgroup MMA (sm_90a), entries frdhead_wg_*: the forward roles' engine (its knobs
+// WG, CS, SWZ) or the backward stages' (WG, CS, BK, OCC)
+#if WGMMA
+#include "wgmma.cuh"
+#ifdef SWZ
 #include "frdhead_wgmma.cuh"
+#else
+#include "frdhead_wgmma_bwd.cuh"
+#endif
 #endif
 
 // Forward. Dynamic shared memory (the Python launch computes the same): w1s[ROW_EXT(FRD_HIDDEN)][LDK1],

@@ -7,7 +7,8 @@
 #   sweep     `sweep` of $SWEEP_KERNELS ($SWEEP_TRIALS trials a study, $SWEEP_S seconds), its
 #             best validated points exported into the package's table (what later steps run)
 #   tune      `tune` of each $TUNE_TASKS entry (KERNEL:SHAPE:TEMPLATE, space-separated; $TUNE_TRIALS
-#             trials, $TUNE_S seconds each), the best validated points exported into the table
+#             trials, $TUNE_S seconds each; $TUNE_TRY: space-separated JSON points tried first
+#             where valid), the best validated points exported into the table
 #   tests     the GPU tests with their record ($TESTS_K: only those pytest -k selects), beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
@@ -80,11 +81,12 @@ if has sweep; then
 fi
 if has tune; then
     mkdir -p "$out/tune"
+    tries=(); for point in ${TUNE_TRY:-}; do tries+=(--try "$point"); done
     for task in ${TUNE_TASKS:?}; do
         IFS=: read -r kernel shape template <<< "$task"
         timeout $(( ${TUNE_S:-60} + 60 )) pycuda-heads tune --kernel "$kernel" --shape "$shape" \
             ${template:+--template "$template"} --trials "${TUNE_TRIALS:-30}" \
-            --time-budget "${TUNE_S:-60}" --no-progress >> "$out/tune/tune.log" 2>&1
+            --time-budget "${TUNE_S:-60}" "${tries[@]}" --no-progress >> "$out/tune/tune.log" 2>&1
         echo "rc=$? ($task)" >> "$out/tune/tune.log"
     done
     export_into tune "$out/tune/tune.log"

@@ -28,6 +28,13 @@ LOSS_VARIANTS = ([("frdhead.forward_loss", p) for p in ROWS]
 # counts, chunk sizes and row-buffer layouts.
 WGMMA = [{"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 1}, {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 0}]
 SUITE_HEAD = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
+# The backward stages on it: both warpgroup counts and every chunk size of the row products
+# (grad_w1's has shared memory for one warpgroup), batch steps of 16 to 64 rows and one or two
+# weight-gradient blocks a multiprocessor.
+WGMMA_BWD = ([("frdhead.grad_w2", {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC": 2}),
+              ("frdhead.grad_w2", {"WGMMA": 1, "WG": 1, "CS": 8, "BK": 64, "OCC": 1})]
+             + [("frdhead.grad_w1", {"WGMMA": 1, "WG": 1, "CS": cs, "BK": bk, "OCC": occ})
+                for cs, bk, occ in ((2, 16, 2), (4, 32, 1))])
 
 
 def _hopper():
@@ -81,6 +88,38 @@ def test_wgmma_matches_reference(params, kernel, b):
     of its 64 rows to more tiles than warpgroups (the grid-stride loop's second pass)."""
     _hopper()
     assert_variant_passes(kernel, SUITE_HEAD, {"B": b}, params)
+
+
+@pytest.mark.parametrize("variant", WGMMA_BWD, ids=_id)
+@pytest.mark.parametrize("check", ["parity_numgrad", "relu_mask", "sentinel_rows"])
+def test_wgmma_backward_oracles(variant, check):
+    _hopper()
+    kernel, params = variant
+    result = oracles(kernel, params=params)[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("b", [1, 63, 333, 4097, 20000])
+@pytest.mark.parametrize("variant", WGMMA_BWD, ids=_id)
+def test_wgmma_backward_matches_reference(variant, b):
+    """float64 reference, every output written (poisoned), bitwise reruns; from one row to more
+    batch steps than blocks (B = 20000: several steps a block, a short last slice)."""
+    _hopper()
+    kernel, params = variant
+    assert_variant_passes(kernel, SUITE_HEAD, {"B": b}, params)
+
+
+def test_wgmma_backward_refuses_misaligned_rows():
+    _hopper()
+    import pycuda.gpuarray as ga
+    head = ph.FrdHead(128, 128, 5, 21, launch={"grad_w2": {"WGMMA": 1}})
+    rng = np.random.default_rng(4)
+    flat = ga.to_gpu(rng.standard_normal(8 * 105 + 1, dtype=np.float32))
+    grad_logits = flat[1:].reshape(8, 5, 21)  # 4 bytes past an aligned start
+    hidden = ga.to_gpu(rng.standard_normal((8, 128), dtype=np.float32))
+    w2 = ga.to_gpu(rng.standard_normal((5, 21, 128), dtype=np.float32))
+    with pytest.raises(ValueError, match="grad_logits: device pointer .* not 16-byte aligned"):
+        head.grad_w2(hidden, w2, grad_logits)
 
 
 def test_wgmma_refuses_what_it_cannot_run():

@@ -7,10 +7,11 @@ the ReLU mask). Weight gradients are per-block scratch rows summed by one reduce
 same math) on the logits tile a block keeps in shared memory: one launch where there were two,
 and the logits are not read back from global memory.
 
-At the model's head shape (D_in = F = 128, 104 < H*A <= 112) on sm_90 the forward roles have a
-second engine, knob ``WGMMA`` = 1 (cu/frdhead_wgmma.cuh): Hopper's warpgroup MMA, in two
-launches (hidden, then the logits with or without the loss), since both weights' split halves
-do not fit one block's shared memory."""
+At the model's head shape (D_in = F = 128, 104 < H*A <= 112) on sm_90 every role has a second
+engine, knob ``WGMMA`` = 1: Hopper's warpgroup MMA, two launches a role since both weights'
+split halves do not fit one block's shared memory. The forward (cu/frdhead_wgmma.cuh): hidden,
+then the logits with or without the loss; each backward stage (cu/frdhead_wgmma_bwd.cuh): its
+row product (dhidden or grad_h_t), then its weight gradient's scratch rows."""
 from __future__ import annotations
 
 import math
@@ -55,6 +56,7 @@ def _ld_rows(n: int) -> int:
 # The WGMMA engine's tile rows and shared-memory floats, as cu/frdhead_wgmma.cuh declares them.
 SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma.cuh")
 WG_ROWS, WG_N2 = SIZES.value("WG_ROWS", {}), SIZES.value("WG_N2", {})
+BWD_SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma_bwd.cuh")
 
 
 def wg_hidden_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -64,6 +66,17 @@ def wg_hidden_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
 def wg_logits_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     """The layer-2 block: w2's halves, the row buffers and each warp's 8 staged logits rows."""
     return 4 * SIZES.value("WG_LOGITS_FLOATS", {**env, **p})
+
+
+def wb_row_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """A WGMMA backward stage's row-product launch (dhidden or grad_h_t)."""
+    name = "WB_DHIDDEN_FLOATS" if role == "grad_w2" else "WB_GRAD_H_T_FLOATS"
+    return 4 * BWD_SIZES.value(name, {**env, **p})
+
+
+def wb_grad_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """A WGMMA backward stage's weight-gradient launch."""
+    return 4 * BWD_SIZES.value(f"WB_{role.upper()}_FLOATS", {**env, **p})
 
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -89,11 +102,21 @@ def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int, masked: bool) -> i
                 + 2 * bm * ((2 if masked else 1) * _ld_kmajor(m) + _ld_kmajor(n)))
 
 
+def _wb_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    return max(wb_row_shared_bytes(role, p, env), wb_grad_shared_bytes(role, p, env))
+
+
 def grad_w2_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """Under WGMMA the larger of its two launches'."""
+    if p.get("WGMMA"):
+        return _wb_shared_bytes("grad_w2", p, env)
     return _stage_shared_bytes(p, env["N_HORIZONS"] * env["N_ATOMS"], env["FRD_HIDDEN"], False)
 
 
 def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """Under WGMMA the larger of its two launches'."""
+    if p.get("WGMMA"):
+        return _wb_shared_bytes("grad_w1", p, env)
     return _stage_shared_bytes(p, env["FRD_HIDDEN"], env["D_IN"], True)
 
 
@@ -105,6 +128,9 @@ _KNOBS = {"BM": (16, 32, 64), "CHUNK": (64, 128, 256, 512, 1024, 2048)}
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 _CHUNK_RULE = "CHUNK % BM == 0"
 
+_WG_SHAPE_RULE = ("WGMMA == 0 or (D_IN == 128 and FRD_HIDDEN == 128 "
+                  f"and {WG_N2 - 8} < N_HORIZONS * N_ATOMS <= {WG_N2})")
+
 # The forward roles' engine: WGMMA 0 the mma.sync tiles above; 1 Hopper's warpgroup MMA for the
 # model's head shape, WG warpgroups a block, CS k-steps a chunk, SWZ the row buffer's layout.
 # Each engine's knobs sit at their defaults under the other, so every point is a distinct kernel.
@@ -115,8 +141,7 @@ _FORWARD_RULES = (_CHUNK_RULE,
                   "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16",
                   "WGMMA == 1 or (WG == 2 and CS == 16 and SWZ == 1)",
                   "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
-                  "WGMMA == 0 or (D_IN == 128 and FRD_HIDDEN == 128 "
-                  f"and {WG_N2 - 8} < N_HORIZONS * N_ATOMS <= {WG_N2})")
+                  _WG_SHAPE_RULE)
 FORWARD_SPACE = KernelSpace(
     kernel="frdhead.forward", params=_FORWARD_KNOBS, default=_FORWARD_DEFAULT,
     restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
@@ -125,15 +150,35 @@ FORWARD_LOSS_SPACE = KernelSpace(
     restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH,
     shared_bytes=forward_loss_shared_bytes)
 
+# The backward stages' engine: WGMMA 1 runs each stage as a row product (WG warpgroups a block,
+# CS k-steps a chunk) and a weight gradient (BK batch rows a step, OCC blocks an SM) on Hopper's
+# warpgroup MMA, for the model's head shape; knobs pinned under the other engine as above.
+_GRAD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (2, 4, 8), "BK": (16, 32, 64),
+               "OCC": (1, 2)}
+_GRAD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 4, "BK": 32, "OCC": 2}
+_GRAD_RULES = (_CHUNK_RULE,
+               "WGMMA == 1 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2)",
+               "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
+               _WG_SHAPE_RULE)
+
+
+def _grad_launch(role: str) -> tuple[str, ...]:
+    """OCC weight-gradient blocks share a multiprocessor (1 KB reserved a block)."""
+    floats = BWD_SIZES.expr(f"WB_{role.upper()}_FLOATS")
+    return (*_LAUNCH,
+            f"WGMMA == 0 or OCC * (4 * {floats} + 1024) <= MAX_SHARED_BYTES + 1024")
+
+
 GRAD_W2_SPACE = KernelSpace(
-    kernel="frdhead.grad_w2", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
-    restrictions=(_CHUNK_RULE, "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"),
-    launch_restrictions=_LAUNCH, shared_bytes=grad_w2_shared_bytes)
+    kernel="frdhead.grad_w2", params=_GRAD_KNOBS, default=_GRAD_DEFAULT,
+    restrictions=(*_GRAD_RULES,
+                  "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"),
+    launch_restrictions=_grad_launch("grad_w2"), shared_bytes=grad_w2_shared_bytes)
 
 GRAD_W1_SPACE = KernelSpace(
-    kernel="frdhead.grad_w1", params=_KNOBS, default={"BM": 32, "CHUNK": 256},
-    restrictions=(_CHUNK_RULE, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
-    launch_restrictions=_LAUNCH, shared_bytes=grad_w1_shared_bytes)
+    kernel="frdhead.grad_w1", params=_GRAD_KNOBS, default=_GRAD_DEFAULT,
+    restrictions=(*_GRAD_RULES, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
+    launch_restrictions=_grad_launch("grad_w1"), shared_bytes=grad_w1_shared_bytes)
 
 
 FORWARD_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"),
@@ -171,8 +216,8 @@ class FrdHead(Op):
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
         self._capability: tuple[int, int] | None = None  # the device's, on the first WGMMA use
-        #: (role, B) -> the WGMMA engine's hidden launch (bound kernel, shared bytes)
-        self._hidden_launches: dict[tuple[str, int], tuple[Callable[..., None], int]] = {}
+        #: (role, B) -> the WGMMA engine's first launch (bound kernel, grid, block, shared bytes)
+        self._first_launches: dict[tuple[str, int], tuple] = {}
 
     def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
@@ -233,7 +278,7 @@ class FrdHead(Op):
         return geometry
 
     def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
-        """Under WGMMA a forward role's entry is ``frdhead_wg_<role>`` (sm_90 only)."""
+        """Under WGMMA a role's entry is ``frdhead_wg_<role>`` (sm_90 only)."""
         if not params.get("WGMMA"):
             return super().kernel(role, params)
         if self._capability is None:
@@ -243,23 +288,32 @@ class FrdHead(Op):
                              f"this one is sm_{''.join(map(str, self._capability))}")
         return super().kernel(f"wg_{role}", params)
 
-    def _wg_hidden(self, role: str, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any,
-                   hidden: Any, b: int, stream: Any) -> None:
-        """The WGMMA engine's first launch, hidden = ReLU(h_t w1^T + b1), on the logits
-        launch's grid (its kernel and shared bytes kept per role and batch, as the plan is);
-        h_t, w1 and w2 are read in 16-byte loads."""
-        for name, arr in (("h_t", h_t), ("w1", w1), ("w2", w2)):
+    def _aligned(self, **arrays: Any) -> None:
+        """The WGMMA engine copies these arrays' rows in 16-byte pieces."""
+        for name, arr in arrays.items():
             if int(arr.gpudata) % 16:
                 raise ValueError(f"{type(self).__name__}: {name}: device pointer "
                                  f"{int(arr.gpudata):#x} is not 16-byte aligned, which the WGMMA "
-                                 "forward needs; pass an aligned array or launch with WGMMA=0")
-        hit = self._hidden_launches.get((role, b))
+                                 "engine needs; pass an aligned array or launch with WGMMA=0")
+
+    def _wg_first(self, role: str, entry: str, b: int, params: Mapping[str, Any],
+                  geometry: Callable[[], tuple]) -> tuple:
+        """The WGMMA engine's first launch of ``role`` (entry ``wg_<entry>``): its bound kernel
+        and ``geometry()`` = (grid, block, shared bytes), kept per role and batch as the plan is."""
+        hit = self._first_launches.get((role, b))
         if hit is None:
-            hit = self._hidden_launches[(role, b)] = (
-                self.kernel("hidden", plan.params).__call__,
-                wg_hidden_shared_bytes(plan.params, self.template))
-        call, shared = hit
-        call(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
+            hit = self._first_launches[(role, b)] = (
+                self.kernel(entry, params).__call__, *geometry())
+        return hit
+
+    def _wg_hidden(self, role: str, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any,
+                   hidden: Any, b: int, stream: Any) -> None:
+        """hidden = ReLU(h_t w1^T + b1), on the logits launch's grid."""
+        self._aligned(h_t=h_t, w1=w1, w2=w2)
+        call, grid, block, shared = self._wg_first(
+            role, "hidden", b, plan.params,
+            lambda: (plan.grid, plan.block, wg_hidden_shared_bytes(plan.params, self.template)))
+        call(grid, block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
              hidden=hidden.gpudata, B=b, shared=shared, stream=stream)
 
     def grad_w2(self, hidden: Any, w2: Any, grad_logits: Any, *,
@@ -269,11 +323,23 @@ class FrdHead(Op):
                                                                hidden, w2, grad_logits)
         b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
         dhidden = empty((b, f))
-        weights = self._weight_grads(
-            "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
-            lambda scratch: dict(hidden=hidden.gpudata, w2=w2.gpudata,
-                                 grad_logits=grad_logits.gpudata, scratch=scratch.gpudata,
-                                 dhidden=dhidden.gpudata, B=b))
+        plan = self._grad_plan("grad_w2", b, grad_w2_shared_bytes)
+        scratch = empty((plan.grid[0], ha * f + ha))
+        if plan.params.get("WGMMA"):
+            self._aligned(hidden=hidden, grad_logits=grad_logits)
+            call, grid, block, shared = self._wg_first(
+                "grad_w2", "dhidden", b, plan.params, lambda: self._wg_row_geometry("grad_w2", b, plan.params))
+            call(grid, block, grad_logits=grad_logits.gpudata, w2=w2.gpudata,
+                 dhidden=dhidden.gpudata, B=b, shared=shared, stream=stream)
+            plan.kernel(plan.grid, plan.block, grad_logits=grad_logits.gpudata,
+                        hidden=hidden.gpudata, scratch=scratch.gpudata, B=b,
+                        rows_per_block=_wg_rows_per_block(b, plan.params, plan.grid[0]),
+                        shared=plan.shared, stream=stream)
+        else:
+            plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
+                        grad_logits=grad_logits.gpudata, scratch=scratch.gpudata,
+                        dhidden=dhidden.gpudata, B=b, shared=plan.shared, stream=stream)
+        weights = reducer().sum_rows(scratch, plan.grid[0], ha * f + ha, stream)
         return (*_split(weights, (self.n_horizons, self.n_atoms, f),
                         (self.n_horizons, self.n_atoms)), dhidden)
 
@@ -285,24 +351,42 @@ class FrdHead(Op):
                                                                 h_t, w1, hidden, dhidden)
         b, f, d = dims["B"], self.hidden, self.d_in
         grad_h_t = empty((b, d))
-        weights = self._weight_grads(
-            "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
-            lambda scratch: dict(h_t=h_t.gpudata, w1=w1.gpudata, hidden=hidden.gpudata,
-                                 dhidden=dhidden.gpudata, scratch=scratch.gpudata,
-                                 grad_h_t=grad_h_t.gpudata, B=b))
+        plan = self._grad_plan("grad_w1", b, grad_w1_shared_bytes)
+        scratch = empty((plan.grid[0], f * d + f))
+        if plan.params.get("WGMMA"):
+            self._aligned(h_t=h_t, hidden=hidden, dhidden=dhidden)
+            call, grid, block, shared = self._wg_first(
+                "grad_w1", "grad_h_t", b, plan.params, lambda: self._wg_row_geometry("grad_w1", b, plan.params))
+            call(grid, block, dhidden=dhidden.gpudata, hidden=hidden.gpudata, w1=w1.gpudata,
+                 grad_h_t=grad_h_t.gpudata, B=b, shared=shared, stream=stream)
+            plan.kernel(plan.grid, plan.block, dhidden=dhidden.gpudata, hidden=hidden.gpudata,
+                        h_t=h_t.gpudata, scratch=scratch.gpudata, B=b,
+                        rows_per_block=_wg_rows_per_block(b, plan.params, plan.grid[0]),
+                        shared=plan.shared, stream=stream)
+        else:
+            plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata,
+                        hidden=hidden.gpudata, dhidden=dhidden.gpudata, scratch=scratch.gpudata,
+                        grad_h_t=grad_h_t.gpudata, B=b, shared=plan.shared, stream=stream)
+        weights = reducer().sum_rows(scratch, plan.grid[0], f * d + f, stream)
         return (*_split(weights, (f, d), (f,)), grad_h_t)
 
-    def _weight_grads(self, role: str, b: int, m: int, n: int,
-                      shared_bytes: Callable[..., int], stream: Any,
-                      args: Callable[[Any], dict]) -> Any:
-        """Launch ``role`` with a [blocks, m*n + m] scratch (weight then bias partials per
-        block) and return the scratch's column sums, [m*n + m]."""
-        plan = self.plan(role, {"B": b}, lambda p: (
-            (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)))
-        blocks = plan.grid[0]
-        scratch = empty((blocks, m * n + m))
-        plan.kernel(plan.grid, plan.block, **args(scratch), shared=plan.shared, stream=stream)
-        return reducer().sum_rows(scratch, blocks, m * n + m, stream)
+    def _grad_plan(self, role: str, b: int, shared_bytes: Callable[..., int]) -> Any:
+        """A backward stage's weight-gradient launch: a [blocks, m*n + m] scratch (weight then
+        bias partials a block) that one reduce_axis0 sums. mma.sync: CHUNK rows a block; WGMMA:
+        OCC blocks a multiprocessor at most, over contiguous slices of whole BK-row steps."""
+        def geometry(p: Mapping[str, Any]) -> tuple:
+            if p.get("WGMMA"):
+                blocks = -(-b // _wg_rows_per_block(b, p, None))
+                return ((blocks, 1, 1), (256, 1, 1),
+                        wb_grad_shared_bytes(role, p, self.template))
+            return (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)
+        return self.plan(role, {"B": b}, geometry)
+
+    def _wg_row_geometry(self, role: str, b: int, p: Mapping[str, Any]) -> tuple:
+        """A backward stage's row product: a block a multiprocessor at most, its WG warpgroups
+        striding over 64-row tiles."""
+        blocks = min(device.sm_count(), -(-b // (WG_ROWS * p["WG"])))
+        return (blocks, 1, 1), (128 * p["WG"], 1, 1), wb_row_shared_bytes(role, p, self.template)
 
     def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
                  stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
@@ -310,6 +394,14 @@ class FrdHead(Op):
         gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits, stream=stream)
         gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden, stream=stream)
         return gw1, gb1, gw2, gb2, gh
+
+
+def _wg_rows_per_block(b: int, p: Mapping[str, Any], blocks: int | None) -> int:
+    """Batch rows a WGMMA weight-gradient block sums: whole BK-row steps, spread over OCC
+    blocks a multiprocessor at most (or over ``blocks`` once the grid is known)."""
+    steps = -(-b // p["BK"])
+    blocks = blocks or min(p["OCC"] * device.sm_count(), steps)
+    return -(-steps // blocks) * p["BK"]
 
 
 def _split(sums: Any, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]

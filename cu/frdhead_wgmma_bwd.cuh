@@ -1,0 +1,275 @@
+// FRD head backward stages on Hopper's warpgroup MMA (wgmma, sm_90a), for the model's head
+// shape: D_IN = FRD_HIDDEN = 128 and 104 < HA <= 112 (the restriction in ops/frdhead.py). Each
+// stage is two launches, then the host's reduce_axis0 over the scratch rows as for mma.sync:
+//   grad_w2  frdhead_wg_dhidden   dhidden = G w2                           (G = grad_logits)
+//            frdhead_wg_grad_w2   scratch row j = [G^T hidden | sum_b G] over block j's rows
+//   grad_w1  frdhead_wg_grad_h_t  grad_h_t = dpre w1,  dpre = dhidden . [hidden > 0]
+//            frdhead_wg_grad_w1   scratch row j = [dpre^T h_t | sum_b dpre]
+// Why not one kernel a stage: the row product's W^T halves and the weight gradient's transposed
+// tiles, each double-buffered, do not fit one block's shared memory.
+//
+// Row products, y [B, 128] = A W with W [KA, 128] row-major: a block of WG warpgroups stages
+// W^T once, split into big and small halves in the K-major core-matrix layout (k padded to a
+// whole k-step), then each warpgroup walks 64-row tiles of A grid-strided, the next tile's copies
+// in flight during this tile's stores; A's fragments are read (and masked), split and multiplied
+// CS k-steps at a time.
+// Weight gradients, g [MA, 128] = A^T X summed over the batch (the product's K): a block of two
+// warpgroups (output rows 0-63 and 64-127; rows >= MA are not stored) walks a contiguous slice
+// of the batch BK rows a step, the next step's raw tiles in flight; each step transposes and
+// splits its X tile into the core-matrix layout, and A^T's fragments come from the raw A tile,
+// whose values also feed the bias sums (a quad's butterfly at the end).
+// G's rows (HA floats) are not 16-byte aligned, so its tiles are copied as one contiguous span
+// (a tile starts at a multiple of 64 or BK rows: 16-byte aligned) and read at row stride HA.
+// Fixed orders everywhere (k ascending within a wgmma, the passes in order, the batch steps in
+// order): bitwise reruns. Knobs: WG, CS (the row products), BK, OCC (the weight gradients: batch
+// rows a step, blocks an SM).
+
+#include "wgmma.cuh"
+
+#define WB_ROWS 64                      // a row tile: one m64 product
+#define WB_N 128                        // every product's n: F or D_IN
+#define WB_KG ((HA + 7) / 8 * 8)        // G's k padded to whole k-steps
+#define WB_LDR (WB_N + 4)               // a 128-float row tile's stride: reads g * LD + t
+#define WB_LDT (WB_N + 8)               // a batch tile's stride: reads t * LD + g, k * LD + n
+#define WB_RP_THREADS (128 * WG)
+#define WB_GRAD_THREADS 256
+// Each launch's dynamic shared memory in floats; the op reads these four.
+#define WB_DHIDDEN_FLOATS (2 * WB_N * WB_KG + WG * WB_ROWS * HA)
+#define WB_GRAD_H_T_FLOATS (2 * WB_N * FRD_HIDDEN + WG * 2 * WB_ROWS * WB_LDR)
+#define WB_GRAD_W2_FLOATS (2 * WB_N * BK + 2 * BK * (HA + WB_LDT))
+#define WB_GRAD_W1_FLOATS (2 * WB_N * BK + 2 * 3 * BK * WB_LDT)
+static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma backward is built for 128 x 128");
+static_assert(HA <= 112 && HA > 104, "G's k-steps: 105..112 logits");
+static_assert(BK % 16 == 0, "batch steps of whole k-step pairs, 16-byte aligned G spans");
+
+// a 16-byte copy of which only `bytes` are read (the rest of the 16 written as zeros)
+__device__ __forceinline__ void copy_part(float* dst, const float* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_address(dst)), "l"(src), "r"(bytes) : "memory");
+}
+
+// rows [r0, r0 + rows) of x [M, COLS] into buf: COLS % 4 != 0 as one contiguous span at stride
+// COLS, else row by row at stride LD (rows past M zero); by `threads` threads from `tid`
+template <int COLS, int LD>
+__device__ __forceinline__ void wb_copy_rows(float* buf, const float* __restrict__ x, int r0,
+                                             int rows, int M, int tid, int threads) {
+    if constexpr (COLS % 4 != 0) {
+        const int n = max(0, min(rows, M - r0)) * COLS;
+        const float* src = x + (size_t)r0 * COLS;
+        for (int c = tid; c < rows * COLS / 4; c += threads) {
+            const int v = min(max(n - 4 * c, 0), 4);
+            copy_part(buf + 4 * c, v ? src + 4 * c : x, 4 * v);
+        }
+    } else {
+        for (int e = tid; e < rows * COLS / 4; e += threads) {
+            const int r = e / (COLS / 4), c = 4 * (e % (COLS / 4));
+            const bool in = r0 + r < M;
+            copy16(buf + r * LD + c, in ? x + (size_t)(r0 + r) * COLS + c : x, in);
+        }
+    }
+}
+
+// element (r, k) of a row tile of A: G's span, or dhidden's rows with hidden's tile beside them
+// (MASK: dpre, zero where hidden <= 0); zero for k >= KA (the padded k-steps)
+template <int KA, bool MASK>
+__device__ __forceinline__ float wb_at(const float* buf, int r, int k) {
+    if constexpr (KA % 4 != 0) {
+        return k < KA ? buf[r * KA + k] : 0.f;
+    } else {
+        const float v = buf[r * WB_LDR + k];
+        return MASK && !(buf[WB_ROWS * WB_LDR + r * WB_LDR + k] > 0.f) ? 0.f : v;
+    }
+}
+
+// y [M, WB_N] = A W, A [M, KA] (masked by `mask` under MASK), W [KA, WB_N]
+template <int KA, bool MASK>
+__device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
+                                               const float* __restrict__ mask,
+                                               const float* __restrict__ w,
+                                               float* __restrict__ y, const int M) {
+    constexpr int KP = (KA + 7) / 8 * 8;
+    constexpr int LD = KA % 4 ? KA : WB_LDR;
+    constexpr int TILE = KA % 4 ? WB_ROWS * KA : (MASK ? 2 : 1) * WB_ROWS * WB_LDR;
+    float* wb = reinterpret_cast<float*>(dynamic_smem);  // W^T big [WB_N x KP], core layout
+    float* ws = wb + WB_N * KP;                           // W^T small
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    float* buf = ws + WB_N * KP + wg * TILE;
+    const int tiles = (M + WB_ROWS - 1) / WB_ROWS, stride = gridDim.x * WG;
+    auto load = [&](int tile) {
+        wb_copy_rows<KA, LD>(buf, a, tile * WB_ROWS, WB_ROWS, M, tid, 128);
+        if (MASK) wb_copy_rows<KA, LD>(buf + WB_ROWS * WB_LDR, mask, tile * WB_ROWS, WB_ROWS, M,
+                                       tid, 128);
+        commit_copies();
+    };
+    int tile = blockIdx.x * WG + wg;
+    if (tile < tiles) load(tile);
+    // W^T transposed and split: lane L takes n % 8 = L / 4 and k % 4 = L % 4 (stores hit 32
+    // banks; a warp reads 4 rows of W, 8 consecutive floats each)
+    for (int e = threadIdx.x; e < WB_N * KP; e += WB_RP_THREADS) {
+        const int L = e % 32, blk = e / 32;
+        const int n = 8 * (blk % (WB_N / 8)) + L / 4, k = 4 * (blk / (WB_N / 8)) + L % 4;
+        unsigned big, small;
+        split(k < KA ? __ldg(w + (size_t)k * WB_N + n) : 0.f, big, small);
+        wb[core_offset(n, k, WB_N)] = __uint_as_float(big);
+        ws[core_offset(n, k, WB_N)] = __uint_as_float(small);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
+    __syncthreads();
+    const int m = 16 * warp + g;  // the thread's first fragment row in the tile
+    for (; tile < tiles; tile += stride) {
+        wait_copies<0>();
+        wg_barrier(wg);
+        float d[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) d[i] = 0.f;
+#pragma unroll
+        for (int s0 = 0; s0 < KP / 8; s0 += CS) {
+            unsigned big[CS][4], small[CS][4];
+#pragma unroll
+            for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {  // the last chunk may be short
+                const int k = 8 * (s0 + s) + t;
+                split(wb_at<KA, MASK>(buf, m, k), big[s][0], small[s][0]);
+                split(wb_at<KA, MASK>(buf, m + 8, k), big[s][1], small[s][1]);
+                split(wb_at<KA, MASK>(buf, m, k + 4), big[s][2], small[s][2]);
+                split(wb_at<KA, MASK>(buf, m + 8, k + 4), big[s][3], small[s][3]);
+            }
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {
+                const int kb = 2 * (s0 + s) * (WB_N / 8) * 32;
+                wgmma_rs(d, small[s], wg_desc(wb + kb, WB_N * 16, 128));
+                wgmma_rs(d, big[s], wg_desc(ws + kb, WB_N * 16, 128));
+                wgmma_rs(d, big[s], wg_desc(wb + kb, WB_N * 16, 128));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
+        }
+        wg_barrier(wg);  // every fragment read: the buffer takes the next tile during the stores
+        if (tile + stride < tiles) load(tile + stride);
+        const int r0 = tile * WB_ROWS + m;
+#pragma unroll
+        for (int j = 0; j < WB_N / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (r0 + 8 * h < M)
+                    *reinterpret_cast<float2*>(y + (size_t)(r0 + 8 * h) * WB_N + 8 * j + 2 * t) =
+                        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    }
+}
+
+// scratch row blockIdx.x = [A^T X | sum_b A] over batch rows [begin, end) of this block, A
+// [B, MA] (masked by `mask` under MASK), X [B, WB_N]
+template <int MA, bool MASK>
+__device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
+                                               const float* __restrict__ mask,
+                                               const float* __restrict__ x,
+                                               float* __restrict__ scratch, const int B,
+                                               const int rows_per_block) {
+    constexpr int LDA = MA % 4 ? MA : WB_LDT;
+    constexpr int ATILE = BK * LDA;
+    constexpr int STEP = (MASK ? 2 : 1) * ATILE + BK * WB_LDT;  // a step's raw tiles
+    float* xb = reinterpret_cast<float*>(dynamic_smem);  // X tile big [WB_N x BK], core layout
+    float* xs = xb + WB_N * BK;                           // X tile small
+    float* raw = xs + WB_N * BK;                          // 2 steps of (A, [mask,] X) tiles
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int begin = blockIdx.x * rows_per_block, end = min(B, begin + rows_per_block);
+    auto load = [&](float* at, int b0) {
+        wb_copy_rows<MA, LDA>(at, a, b0, BK, end, threadIdx.x, WB_GRAD_THREADS);
+        if (MASK) wb_copy_rows<MA, LDA>(at + ATILE, mask, b0, BK, end, threadIdx.x,
+                                        WB_GRAD_THREADS);
+        wb_copy_rows<WB_N, WB_LDT>(at + STEP - BK * WB_LDT, x, b0, BK, end, threadIdx.x,
+                                   WB_GRAD_THREADS);
+        commit_copies();
+    };
+    const int m = 64 * wg + 16 * warp + g;  // the thread's output rows m and m + 8
+    float d[64], bias[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) d[i] = 0.f;
+    if (begin < end) load(raw, begin);
+    for (int b0 = begin, step = 0; b0 < end; b0 += BK, step ^= 1) {
+        const float* ra = raw + step * STEP;
+        const float* rx = ra + STEP - BK * WB_LDT;
+        wait_copies<0>();
+        __syncthreads();  // this step's tiles are in; last step's products are done with xb, xs
+        if (b0 + BK < end) load(raw + (step ^ 1) * STEP, b0 + BK);
+        // X transposed and split: lane L takes n = 8j + L / 4, k = 4i + L % 4
+        for (int e = threadIdx.x; e < WB_N * BK; e += WB_GRAD_THREADS) {
+            const int blk = e / 32, L = e % 32;
+            const int n = 8 * (blk % (WB_N / 8)) + L / 4, k = 4 * (blk / (WB_N / 8)) + L % 4;
+            unsigned big, small;
+            split(rx[k * WB_LDT + n], big, small);
+            xb[core_offset(n, k, WB_N)] = __uint_as_float(big);
+            xs[core_offset(n, k, WB_N)] = __uint_as_float(small);
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        unsigned big[BK / 8][4], small[BK / 8][4];
+#pragma unroll
+        for (int s = 0; s < BK / 8; ++s)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {  // a_i = A^T (m + 8 (i & 1), k = 8s + t + 4 (i >> 1))
+                const int r = 8 * s + t + 4 * (i >> 1), c = m + 8 * (i & 1);
+                float v = c < MA ? ra[r * LDA + c] : 0.f;
+                if (MASK && !(ra[ATILE + r * LDA + c] > 0.f)) v = 0.f;
+                bias[i & 1] += v;
+                split(v, big[s][i], small[s][i]);
+            }
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < BK / 8; ++s) {
+            const int kb = 2 * s * (WB_N / 8) * 32;
+            wgmma_rs(d, small[s], wg_desc(xb + kb, WB_N * 16, 128));
+            wgmma_rs(d, big[s], wg_desc(xs + kb, WB_N * 16, 128));
+            wgmma_rs(d, big[s], wg_desc(xb + kb, WB_N * 16, 128));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+    float* out = scratch + (size_t)blockIdx.x * (MA * WB_N + MA);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = m + 8 * h;
+        float b = bias[h];  // the quad's four k columns: the same sum on every lane
+        b += __shfl_xor_sync(0xffffffffu, b, 1);
+        b += __shfl_xor_sync(0xffffffffu, b, 2);
+        if (r < MA) {
+#pragma unroll
+            for (int j = 0; j < WB_N / 8; ++j) {  // scalar stores: MA * WB_N + MA may be odd
+                out[r * WB_N + 8 * j + 2 * t] = d[4 * j + 2 * h];
+                out[r * WB_N + 8 * j + 2 * t + 1] = d[4 * j + 2 * h + 1];
+            }
+            if (t == 0) out[MA * WB_N + r] = b;
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WB_RP_THREADS, 1)
+frdhead_wg_dhidden(const float* __restrict__ grad_logits, const float* __restrict__ w2,
+                   float* __restrict__ dhidden, const int B)
+{
+    wb_row_product<HA, false>(grad_logits, nullptr, w2, dhidden, B);
+}
+
+extern "C" __global__ void __launch_bounds__(WB_RP_THREADS, 1)
+frdhead_wg_grad_h_t(const float* __restrict__ dhidden, const float* __restrict__ hidden,
+                    const float* __restrict__ w1, float* __restrict__ grad_h_t, const int B)
+{
+    wb_row_product<FRD_HIDDEN, true>(dhidden, hidden, w1, grad_h_t, B);
+}
+
+extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, OCC)
+frdhead_wg_grad_w2(const float* __restrict__ grad_logits, const float* __restrict__ hidden,
+                   float* __restrict__ scratch, const int B, const int rows_per_block)
+{
+    wb_weight_grad<HA, false>(grad_logits, nullptr, hidden, scratch, B, rows_per_block);
+}
+
+extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, OCC)
+frdhead_wg_grad_w1(const float* __restrict__ dhidden, const float* __restrict__ hidden,
+                   const float* __restrict__ h_t, float* __restrict__ scratch, const int B,
+                   const int rows_per_block)
+{
+    wb_weight_grad<FRD_HIDDEN, true>(dhidden, hidden, h_t, scratch, B, rows_per_block);
+}
