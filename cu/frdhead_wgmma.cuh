@@ -107,9 +107,7 @@ __device__ __forceinline__ void wg_tile_products(float (&d)[NACC], const float* 
 #pragma unroll
         for (int s = 0; s < CS; ++s) {
             const int kb = 2 * (c0 + s) * (ROWS / 8) * 32;
-            wgmma_rs(d, small[s], wg_desc(wb + kb, ROWS * 16, 128));
-            wgmma_rs(d, big[s], wg_desc(ws + kb, ROWS * 16, 128));
-            wgmma_rs(d, big[s], wg_desc(wb + kb, ROWS * 16, 128));
+            wgmma_3xtf32(d, big[s], small[s], wb + kb, ws + kb, ROWS);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free

@@ -138,9 +138,7 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
 #pragma unroll
             for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {
                 const int kb = 2 * (s0 + s) * (WB_N / 8) * 32;
-                wgmma_rs(d, small[s], wg_desc(wb + kb, WB_N * 16, 128));
-                wgmma_rs(d, big[s], wg_desc(ws + kb, WB_N * 16, 128));
-                wgmma_rs(d, big[s], wg_desc(wb + kb, WB_N * 16, 128));
+                wgmma_3xtf32(d, big[s], small[s], wb + kb, ws + kb, WB_N);
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
@@ -220,9 +218,7 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
 #pragma unroll
         for (int s = 0; s < BK / 8; ++s) {
             const int kb = 2 * s * (WB_N / 8) * 32;
-            wgmma_rs(d, small[s], wg_desc(xb + kb, WB_N * 16, 128));
-            wgmma_rs(d, big[s], wg_desc(xs + kb, WB_N * 16, 128));
-            wgmma_rs(d, big[s], wg_desc(xb + kb, WB_N * 16, 128));
+            wgmma_3xtf32(d, big[s], small[s], xb + kb, xs + kb, WB_N);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

@@ -51,6 +51,18 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[56], const unsigned (&a)[4],
                  : WG_ACC_56 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
+// d += A . B^T over one k-step in 3xTF32 (small.big + big.small + big.big, the dropped
+// small.small term as everywhere): A's halves from registers, B's at wb and ws (this k-step's
+// core matrices of a rows-row operand)
+template <int NACC>
+__device__ __forceinline__ void wgmma_3xtf32(float (&d)[NACC], const unsigned (&big)[4],
+                                             const unsigned (&small)[4], const float* wb,
+                                             const float* ws, unsigned rows) {
+    wgmma_rs(d, small, wg_desc(wb, rows * 16, 128));
+    wgmma_rs(d, big, wg_desc(ws, rows * 16, 128));
+    wgmma_rs(d, big, wg_desc(wb, rows * 16, 128));
+}
+
 __device__ __forceinline__ void wg_barrier(int wg) {
     asm volatile("bar.sync %0, 128;\n" :: "r"(wg + 1) : "memory");
 }

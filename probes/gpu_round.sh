@@ -23,9 +23,7 @@
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
-#   wgrad     the backward's weight-gradient product on wgmma (probes/frdhead_wgmma/wgrad.py)
-#   engine    FrdHead's forward roles on WGMMA=1 against the shipped launches (probes/frdhead_wgmma/engine.py)
-#   rowprod   the backward's row products on wgmma (probes/frdhead_wgmma/rowprod.py)
+#   engine    FrdHead's roles on WGMMA=1 against the shipped launches (probes/frdhead_wgmma/engine.py)
 #   profile   Nsight Compute over the pool's tuned launches at the shapes short of the bars
 #             (probes/pool_profile.py), one CSV
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
@@ -166,9 +164,7 @@ has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py
     pool_splitk_rules.json ${SPLITK_ARGS:-}
 # shellcheck disable=SC2086  # WGMMA_ARGS: words on purpose (the variants to run)
 has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_wgmma.json ${WGMMA_ARGS:-}
-has wgrad && probe_step wgrad "${WGRAD_S:-150}" probes/frdhead_wgmma/wgrad.py frd_wgrad.json
 has engine && probe_step engine "${ENGINE_S:-150}" probes/frdhead_wgmma/engine.py frd_engine.json
-has rowprod && probe_step rowprod "${ROWPROD_S:-180}" probes/frdhead_wgmma/rowprod.py frd_rowprod.json
 if has profile; then
     mkdir -p "$out/profile"
     timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \

@@ -1,7 +1,9 @@
-"""Issue 32 probe: the library's FrdHead with its forward roles on WGMMA=1 (cu/frdhead_wgmma.cuh)
-against the shipped launches, GPU time of forward, forward_loss and forward_loss + both backward
-stages, at the suite batches. Each WGMMA point is checked against the shipped launch's outputs
-first (the float64 checks are the tests'; this only guards the timing of a broken point).
+"""Issue 32 probe: the library's FrdHead with its roles on WGMMA=1 against the shipped launches
+at the suite batches: GPU time of forward, forward_loss and forward_loss + both backward stages
+for the forward's points (cu/frdhead_wgmma.cuh), and of each backward stage alone for the
+backward's (cu/frdhead_wgmma_bwd.cuh). Each WGMMA point is checked against the shipped launch's
+outputs first (the float64 checks are the tests'; this only guards the timing of a broken
+point).
 
     source .gpu/env.sh && python probes/frdhead_wgmma/engine.py $OUT/frd_engine.json
 """
@@ -24,6 +26,14 @@ POINTS = {"shipped": None,
           "wg2_cs16_pad": {"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 0},
           "wg2_cs4_swz": {"WGMMA": 1, "WG": 2, "CS": 4, "SWZ": 1},
           "wg1_cs4_swz": {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 1}}
+#: stage: name -> point (None: the shipped launch); grad_w1's row product fits one warpgroup
+BACKWARD = {"grad_w2": {"shipped": None,
+                        "wg2_cs8_bk64_occ1": {"WGMMA": 1, "WG": 2, "CS": 8, "BK": 64, "OCC": 1},
+                        "wg2_cs4_bk32_occ2": {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC": 2},
+                        "wg2_cs2_bk16_occ2": {"WGMMA": 1, "WG": 2, "CS": 2, "BK": 16, "OCC": 2}},
+            "grad_w1": {"shipped": None,
+                        "wg1_cs8_bk16_occ2": {"WGMMA": 1, "WG": 1, "CS": 8, "BK": 16, "OCC": 2},
+                        "wg1_cs8_bk32_occ1": {"WGMMA": 1, "WG": 1, "CS": 8, "BK": 32, "OCC": 1}}}
 
 
 def inputs(b: int) -> dict:
@@ -65,6 +75,27 @@ def main(path: str) -> None:
             print(b, name, {k: round(v, 2) if k.endswith("us") else "%.1e" % v
                             for k, v in row.items()}, flush=True)
             Path(path).write_text(json.dumps(out, indent=1))
+        hidden, _, grad_logits, _ = ph.FrdHead(D, F, H, A).forward_loss(*args, x["labels"])
+        dhidden = ga.to_gpu(np.random.default_rng(b + 1).standard_normal((b, F), dtype=np.float32)
+                            / np.float32(b))
+        stage_args = {"grad_w2": (hidden, x["w2"], grad_logits),
+                      "grad_w1": (x["h_t"], x["w1"], hidden, dhidden)}
+        for stage, points in BACKWARD.items():
+            ref = None
+            for name, p in points.items():
+                head = ph.FrdHead(D, F, H, A, launch=None if p is None else {stage: p})
+                run = getattr(head, stage)
+                got = [o.get() for o in run(*stage_args[stage])]
+                if ref is None:
+                    ref = got
+                err = max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30))
+                          for g, r in zip(got, ref))
+                row = {"rel_diff_vs_shipped": err,
+                       f"{stage}_us": gpu_time_us(lambda: run(*stage_args[stage]))["median_us"]}
+                out[str(b)][f"{stage}:{name}"] = row
+                print(b, stage, name, {k: round(v, 2) if k.endswith("us") else "%.1e" % v
+                                       for k, v in row.items()}, flush=True)
+                Path(path).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

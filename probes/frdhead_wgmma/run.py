@@ -1,8 +1,8 @@
 """Issue 32 probe: the FRD head's first layer on wgmma against float64, cuBLAS (TF32 and FP32,
 through torch) and the library's whole FrdHead forward, at B = 65536, 16384, 1024 and 333 (a
 short last tile, checked only). Variants: ``smem`` is wgmma.cu (x split into shared memory),
-PASSES 3/1: 3xTF32 or plain TF32 (held to ``TF32_BOUND``); its helpers (cuBLAS peers, one
-process a variant, the record) serve wgrad.py too. Each variant is checked first: outputs poisoned with NaN, every element written,
+PASSES 3/1: 3xTF32 or plain TF32 (held to ``TF32_BOUND``). Each variant is checked first:
+outputs poisoned with NaN, every element written,
 error within the library's validation tolerance (``verify.checks.compare``) for 3xTF32, bitwise
 reruns; a variant that fails is not timed. Each variant runs in a process of its own, so one that
 faults (a wrong fragment order can) does not take the others with it. Prints a table; writes

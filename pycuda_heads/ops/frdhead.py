@@ -156,8 +156,11 @@ FORWARD_LOSS_SPACE = KernelSpace(
 _GRAD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (2, 4, 8), "BK": (16, 32, 64),
                "OCC": (1, 2)}
 _GRAD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 4, "BK": 32, "OCC": 2}
+# BK * OCC: a weight-gradient thread holds 64 accumulators and BK fragment registers, within
+# the 128 registers of two 256-thread blocks an SM at BK <= 32.
 _GRAD_RULES = (_CHUNK_RULE,
                "WGMMA == 1 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2)",
+               "BK * OCC <= 64",
                "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
                _WG_SHAPE_RULE)
 
