@@ -331,7 +331,8 @@ class FrdHead(Op):
         if plan.params.get("WGMMA"):
             self._aligned(hidden=hidden, grad_logits=grad_logits)
             call, grid, block, shared = self._wg_first(
-                "grad_w2", "dhidden", b, plan.params, lambda: self._wg_row_geometry("grad_w2", b, plan.params))
+                "grad_w2", "dhidden", b, plan.params,
+                lambda: self._wg_row_geometry("grad_w2", b, plan.params))
             call(grid, block, grad_logits=grad_logits.gpudata, w2=w2.gpudata,
                  dhidden=dhidden.gpudata, B=b, shared=shared, stream=stream)
             plan.kernel(plan.grid, plan.block, grad_logits=grad_logits.gpudata,
@@ -359,7 +360,8 @@ class FrdHead(Op):
         if plan.params.get("WGMMA"):
             self._aligned(h_t=h_t, hidden=hidden, dhidden=dhidden)
             call, grid, block, shared = self._wg_first(
-                "grad_w1", "grad_h_t", b, plan.params, lambda: self._wg_row_geometry("grad_w1", b, plan.params))
+                "grad_w1", "grad_h_t", b, plan.params,
+                lambda: self._wg_row_geometry("grad_w1", b, plan.params))
             call(grid, block, dhidden=dhidden.gpudata, hidden=hidden.gpudata, w1=w1.gpudata,
                  grad_h_t=grad_h_t.gpudata, B=b, shared=shared, stream=stream)
             plan.kernel(plan.grid, plan.block, dhidden=dhidden.gpudata, hidden=hidden.gpudata,
