@@ -326,24 +326,14 @@ class FrdHead(Op):
                                                                hidden, w2, grad_logits)
         b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
         dhidden = empty((b, f))
-        plan = self._grad_plan("grad_w2", b, grad_w2_shared_bytes)
-        scratch = empty((plan.grid[0], ha * f + ha))
-        if plan.params.get("WGMMA"):
-            self._aligned(hidden=hidden, grad_logits=grad_logits)
-            call, grid, block, shared = self._wg_first(
-                "grad_w2", "dhidden", b, plan.params,
-                lambda: self._wg_row_geometry("grad_w2", b, plan.params))
-            call(grid, block, grad_logits=grad_logits.gpudata, w2=w2.gpudata,
-                 dhidden=dhidden.gpudata, B=b, shared=shared, stream=stream)
-            plan.kernel(plan.grid, plan.block, grad_logits=grad_logits.gpudata,
-                        hidden=hidden.gpudata, scratch=scratch.gpudata, B=b,
-                        rows_per_block=_wg_rows_per_block(b, plan.params, plan.grid[0]),
-                        shared=plan.shared, stream=stream)
-        else:
-            plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
-                        grad_logits=grad_logits.gpudata, scratch=scratch.gpudata,
-                        dhidden=dhidden.gpudata, B=b, shared=plan.shared, stream=stream)
-        weights = reducer().sum_rows(scratch, plan.grid[0], ha * f + ha, stream)
+        weights = self._stage(
+            "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
+            aligned=dict(hidden=hidden, grad_logits=grad_logits),
+            rows=("dhidden", dict(grad_logits=grad_logits.gpudata, w2=w2.gpudata,
+                                  dhidden=dhidden.gpudata)),
+            sums=dict(grad_logits=grad_logits.gpudata, hidden=hidden.gpudata),
+            both=dict(hidden=hidden.gpudata, w2=w2.gpudata, grad_logits=grad_logits.gpudata,
+                      dhidden=dhidden.gpudata))
         return (*_split(weights, (self.n_horizons, self.n_atoms, f),
                         (self.n_horizons, self.n_atoms)), dhidden)
 
@@ -355,37 +345,45 @@ class FrdHead(Op):
                                                                 h_t, w1, hidden, dhidden)
         b, f, d = dims["B"], self.hidden, self.d_in
         grad_h_t = empty((b, d))
-        plan = self._grad_plan("grad_w1", b, grad_w1_shared_bytes)
-        scratch = empty((plan.grid[0], f * d + f))
-        if plan.params.get("WGMMA"):
-            self._aligned(h_t=h_t, hidden=hidden, dhidden=dhidden)
-            call, grid, block, shared = self._wg_first(
-                "grad_w1", "grad_h_t", b, plan.params,
-                lambda: self._wg_row_geometry("grad_w1", b, plan.params))
-            call(grid, block, dhidden=dhidden.gpudata, hidden=hidden.gpudata, w1=w1.gpudata,
-                 grad_h_t=grad_h_t.gpudata, B=b, shared=shared, stream=stream)
-            plan.kernel(plan.grid, plan.block, dhidden=dhidden.gpudata, hidden=hidden.gpudata,
-                        h_t=h_t.gpudata, scratch=scratch.gpudata, B=b,
-                        rows_per_block=_wg_rows_per_block(b, plan.params, plan.grid[0]),
-                        shared=plan.shared, stream=stream)
-        else:
-            plan.kernel(plan.grid, plan.block, h_t=h_t.gpudata, w1=w1.gpudata,
-                        hidden=hidden.gpudata, dhidden=dhidden.gpudata, scratch=scratch.gpudata,
-                        grad_h_t=grad_h_t.gpudata, B=b, shared=plan.shared, stream=stream)
-        weights = reducer().sum_rows(scratch, plan.grid[0], f * d + f, stream)
+        weights = self._stage(
+            "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
+            aligned=dict(h_t=h_t, hidden=hidden, dhidden=dhidden),
+            rows=("grad_h_t", dict(dhidden=dhidden.gpudata, hidden=hidden.gpudata,
+                                   w1=w1.gpudata, grad_h_t=grad_h_t.gpudata)),
+            sums=dict(dhidden=dhidden.gpudata, hidden=hidden.gpudata, h_t=h_t.gpudata),
+            both=dict(h_t=h_t.gpudata, w1=w1.gpudata, hidden=hidden.gpudata,
+                      dhidden=dhidden.gpudata, grad_h_t=grad_h_t.gpudata))
         return (*_split(weights, (f, d), (f,)), grad_h_t)
 
-    def _grad_plan(self, role: str, b: int, shared_bytes: Callable[..., int]) -> Any:
-        """A backward stage's weight-gradient launch: a [blocks, m*n + m] scratch (weight then
-        bias partials a block) that one reduce_axis0 sums. mma.sync: CHUNK rows a block; WGMMA:
-        OCC blocks a multiprocessor at most, over contiguous slices of whole BK-row steps."""
+    def _stage(self, role: str, b: int, m: int, n: int, shared_bytes: Callable[..., int],
+               stream: Any, aligned: Mapping[str, Any], rows: tuple[str, Mapping[str, Any]],
+               sums: Mapping[str, Any], both: Mapping[str, Any]) -> Any:
+        """A backward stage; returns its [m*n + m] weight and bias gradients, the column sums of
+        a [blocks, m*n + m] scratch (a block's partials) by one reduce_axis0. mma.sync: one
+        launch (arguments ``both``) makes the row gradient and the partials, CHUNK rows a block.
+        WGMMA: the row product (entry and arguments ``rows``; ``aligned`` arrays read in 16-byte
+        pieces), then the weight gradient (``sums``) over contiguous slices of whole BK-row
+        steps, OCC blocks a multiprocessor at most."""
         def geometry(p: Mapping[str, Any]) -> tuple:
             if p.get("WGMMA"):
-                blocks = -(-b // _wg_rows_per_block(b, p, None))
-                return ((blocks, 1, 1), (256, 1, 1),
+                return ((_wg_batch_split(b, p)[0], 1, 1), (256, 1, 1),
                         wb_grad_shared_bytes(role, p, self.template))
             return (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)
-        return self.plan(role, {"B": b}, geometry)
+        plan = self.plan(role, {"B": b}, geometry)
+        scratch = empty((plan.grid[0], m * n + m))
+        if plan.params.get("WGMMA"):
+            self._aligned(**aligned)
+            entry, args = rows
+            call, grid, block, shared = self._wg_first(
+                role, entry, b, plan.params, lambda: self._wg_row_geometry(role, b, plan.params))
+            call(grid, block, **args, B=b, shared=shared, stream=stream)
+            plan.kernel(plan.grid, plan.block, **sums, scratch=scratch.gpudata, B=b,
+                        rows_per_block=_wg_batch_split(b, plan.params)[1], shared=plan.shared,
+                        stream=stream)
+        else:
+            plan.kernel(plan.grid, plan.block, **both, scratch=scratch.gpudata, B=b,
+                        shared=plan.shared, stream=stream)
+        return reducer().sum_rows(scratch, plan.grid[0], m * n + m, stream)
 
     def _wg_row_geometry(self, role: str, b: int, p: Mapping[str, Any]) -> tuple:
         """A backward stage's row product: a block a multiprocessor at most, its WG warpgroups
@@ -401,12 +399,12 @@ class FrdHead(Op):
         return gw1, gb1, gw2, gb2, gh
 
 
-def _wg_rows_per_block(b: int, p: Mapping[str, Any], blocks: int | None) -> int:
-    """Batch rows a WGMMA weight-gradient block sums: whole BK-row steps, spread over OCC
-    blocks a multiprocessor at most (or over ``blocks`` once the grid is known)."""
+def _wg_batch_split(b: int, p: Mapping[str, Any]) -> tuple[int, int]:
+    """(blocks, batch rows a block) of a WGMMA weight gradient: whole BK-row steps, spread
+    over OCC blocks a multiprocessor at most."""
     steps = -(-b // p["BK"])
-    blocks = blocks or min(p["OCC"] * device.sm_count(), steps)
-    return -(-steps // blocks) * p["BK"]
+    per_block = -(-steps // min(p["OCC"] * device.sm_count(), steps))
+    return -(-steps // per_block), per_block * p["BK"]
 
 
 def _split(sums: Any, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]
