@@ -13,8 +13,10 @@
 //   LAYOUT 3: wide heads (N_HORIZONS and HIDDEN_DIM multiples of 4): one block per batch row,
 //     score and context products as FP32 register tiles over shared-memory chunks of keys.
 //   POOL_SPLIT (in place of LAYOUT): split-K's joins (pool_split.cuh). A batch row of K keys
-//     runs as SPLIT virtual rows of K/SPLIT keys through any layout; these kernels combine the
-//     splits' softmaxes after the forward and spread the row's values over them for the backward.
+//     runs as SPLIT_COUNT virtual rows of K/SPLIT_COUNT keys through any layout compiled with
+//     SPLIT_COUNT (it reads and writes the batch row's attn in place, pool_common.cuh); these
+//     kernels combine the splits' softmaxes after the forward, and give the backward the row's
+//     sum of attn*grad_attn.
 //   The layouts' files: pool_layout<N>.cuh, their sizes (registers rows, shared-memory regions)
 //   in pool_sizes.cuh, the pieces they share in pool_common.cuh.
 #include "heads_common.cuh"

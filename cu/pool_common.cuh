@@ -15,6 +15,40 @@ __device__ __forceinline__ void pdl_wait()
 }
 
 #ifndef POOL_SPLIT  // the layouts' pieces; split-K's joins take only the wait
+// Split-K (pool_split.cuh): with SPLIT_COUNT > 1 a layout's row b is split b % SPLIT_COUNT of
+// batch row b / SPLIT_COUNT, and K is a split's keys. ln, grad_ln and the forward's ctx are the
+// splits' own (a batch row's keys are contiguous in ln); attn and grad_attn are the batch rows'
+// arrays, read and written in place at the split's keys, ATTN_STRIDE apart between horizons;
+// the backward reads the batch row's grad_ctx and ctx, and takes the softmax correction's
+// sum_k attn*grad_attn over all the batch row's keys (pool_attn_dot's) from behind the blocks'
+// rows of gq_scratch; the forward writes each split's log-sum-exp behind the splits' ctx rows
+// (SPLIT_LSE). So every variant has the same parameters. Unsplit, each macro is the
+// plain row's expression.
+#ifndef SPLIT_COUNT
+#define SPLIT_COUNT 1
+#endif
+#if SPLIT_COUNT > 1
+#define ATTN_STRIDE (SPLIT_COUNT * K)
+#define ATTN_ROW(b) \
+    ((size_t)((b) / SPLIT_COUNT) * N_HORIZONS * ATTN_STRIDE + (size_t)((b) % SPLIT_COUNT) * K)
+#define ATTN_AT(e) ((size_t)((e) / K) * ATTN_STRIDE + (e) % K)  // e = h*K + k
+#define ATTN_HROW(b, h) (ATTN_ROW(b) + (size_t)(h) * ATTN_STRIDE)
+#define BATCH_ROW(b) ((b) / SPLIT_COUNT)
+#define SPLIT_ATTN_DOT(b, h) \
+    gq_scratch[((size_t)gridDim.x * HIDDEN_DIM + BATCH_ROW(b)) * N_HORIZONS + (h)]
+// the forward's log-sum-exp of split b's scores for horizon h (natural units), behind the
+// splits' ctx rows: lse[batch row][h][split] for pool_combine
+#define SPLIT_LSE(b, h)                                                                       \
+    ctx[(size_t)B * N_HORIZONS * HIDDEN_DIM                                                   \
+        + ((size_t)BATCH_ROW(b) * N_HORIZONS + (h)) * SPLIT_COUNT + (b) % SPLIT_COUNT]
+#else  // the plain rows' very tokens, so that unsplit variants compile as they always have
+#define ATTN_STRIDE K
+#define ATTN_ROW(b) (size_t)b * N_HORIZONS * K
+#define ATTN_AT(e) e
+#define ATTN_HROW(b, h) ((size_t)b * N_HORIZONS + h) * K
+#define BATCH_ROW(b) b
+#endif
+
 // The entry points' parameters, the same in every layout: the host launches them all alike.
 #define POOL_FORWARD_PARAMS                                                                   \
     const float* __restrict__ q_h, const float* __restrict__ ln, float* __restrict__ ctx,     \

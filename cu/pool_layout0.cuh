@@ -69,6 +69,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
             sum += wl[w * N_HORIZONS + h] * expf(wm[w * N_HORIZONS + h] - mx);
         fm[h] = mx;
         fl[h] = sum;
+#if SPLIT_COUNT > 1
+        SPLIT_LSE(b, h) = mx + logf(sum);
+#endif
     }
     __syncthreads();
 
@@ -80,10 +83,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
             v += wacc[w * N_HORIZONS * HIDDEN_DIM + e] * expf(wm[w * N_HORIZONS + h] - fm[h]);
         ctxb[e] = v / fl[h];
     }
-    float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    float* attnb = attn + ATTN_ROW(b);
     for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) {
         const int h = e / K;
-        attnb[e] = expf(s[e] - fm[h]) / fl[h];
+        attnb[ATTN_AT(e)] = expf(s[e] - fm[h]) / fl[h];
     }
 }
 
@@ -106,21 +109,21 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
-    const float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    const float* attnb = attn + ATTN_ROW(b);
 
     float gc[N_HORIZONS][ROW_PER_LANE];
 #pragma unroll
     for (int h = 0; h < N_HORIZONS; ++h)
-        load_row(grad_ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, lane, gc[h]);
-    for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) sa[e] = attnb[e];
-    const float* gab = grad_attn ? grad_attn + (size_t)b * N_HORIZONS * K : nullptr;
+        load_row(grad_ctx + ((size_t)BATCH_ROW(b) * N_HORIZONS + h) * HIDDEN_DIM, lane, gc[h]);
+    for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) sa[e] = attnb[ATTN_AT(e)];
+    const float* gab = grad_attn ? grad_attn + ATTN_ROW(b) : nullptr;
 
     float cr[N_HORIZONS];  // given ctx: c[h] in every warp's registers
     if (ctx) {
 #pragma unroll
         for (int h = 0; h < N_HORIZONS; ++h) {
             float y[ROW_PER_LANE];
-            load_row(ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, lane, y);
+            load_row(ctx + ((size_t)BATCH_ROW(b) * N_HORIZONS + h) * HIDDEN_DIM, lane, y);
             float v = 0.f;
 #pragma unroll
             for (int j = 0; j < ROW_PER_LANE; ++j) v = fmaf(gc[h][j], y[j], v);
@@ -129,10 +132,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
         if (gab) {
             __syncthreads();
             for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+#if SPLIT_COUNT > 1
+                if (lane == 0) sc[h] = SPLIT_ATTN_DOT(b, h);
+#else
                 float v = 0.f;
                 for (int k = lane; k < K; k += 32) v = fmaf(sa[h * K + k], gab[h * K + k], v);
                 v = warp_sum(v);
                 if (lane == 0) sc[h] = v;
+#endif
             }
         }
     }
@@ -145,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
             dot = warp_sum(dot);
             if (lane == 0) {
                 const int e = h * K + k0 + u;
-                sd[e] = gab ? dot + gab[e] : dot;
+                sd[e] = gab ? dot + gab[ATTN_AT(e)] : dot;
             }
         }
     }
@@ -183,7 +190,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
 #pragma unroll
                 for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(gc[h][j], x[u][j], dot);
                 dot = warp_sum(dot);
-                d = a * ((gab ? dot + gab[h * K + k] : dot) - cr[h] - (gab ? sc[h] : 0.f));
+                d = a * ((gab ? dot + gab[h * ATTN_STRIDE + k] : dot) - cr[h]
+                         - (gab ? sc[h] : 0.f));
             } else {
                 d = sd[h * K + k];
             }

@@ -1,13 +1,14 @@
 // LAYOUT 1 of the pool (cu/pool.cu): any shape in the range, bounded registers and shared
 // memory.
-// out[h, :] = mult * sum_k w[h*K + k] * rows[k, :] for every horizon, in a fixed order. An item
-// is a tile of HTILE horizons by VEC columns; when there are fewer items than threads, SLICES
-// threads share an item's keys (k = slice + i*SLICES) and their partial sums are added in slice
-// order through red [SLICES*ITEMS*HTILE*VEC floats] (dynamic shared memory).
+// out[h, :] = mult * sum_k w[h*stride + k] * rows[k, :] for every horizon, in a fixed order. An
+// item is a tile of HTILE horizons by VEC columns; when there are fewer items than threads,
+// SLICES threads share an item's keys (k = slice + i*SLICES) and their partial sums are added
+// in slice order through red [SLICES*ITEMS*HTILE*VEC floats] (dynamic shared memory).
 
-__device__ __forceinline__ void tile_sum(const float* w, const float* __restrict__ rows,
-                                         const int K, const int item, const int k0,
-                                         const int kstep, float* acc)
+__device__ __forceinline__ void tile_sum(const float* w, const int stride,
+                                         const float* __restrict__ rows, const int K,
+                                         const int item, const int k0, const int kstep,
+                                         float* acc)
 {
     const int h0 = item / DCHUNKS * HTILE;
     const int d = item % DCHUNKS * VEC;
@@ -19,7 +20,7 @@ __device__ __forceinline__ void tile_sum(const float* w, const float* __restrict
 #pragma unroll
         for (int t = 0; t < HTILE; ++t) {
             if (h0 + t >= N_HORIZONS) break;
-            const float a = w[(size_t)(h0 + t) * K + k];
+            const float a = w[(size_t)(h0 + t) * stride + k];
 #pragma unroll
             for (int v = 0; v < VEC; ++v) acc[t * VEC + v] = fmaf(a, x[v], acc[t * VEC + v]);
         }
@@ -40,20 +41,20 @@ __device__ __forceinline__ void store_tile(float* out, const int item, const flo
     }
 }
 
-__device__ __forceinline__ void weighted_rows(const float* w, const float* __restrict__ rows,
-                                              const int K, const float mult, float* out,
-                                              float* red)
+__device__ __forceinline__ void weighted_rows(const float* w, const int stride,
+                                              const float* __restrict__ rows, const int K,
+                                              const float mult, float* out, float* red)
 {
     float acc[HTILE * VEC];
     if (SLICES == 1) {
         for (int item = threadIdx.x; item < ITEMS; item += BLOCK) {
-            tile_sum(w, rows, K, item, 0, 1, acc);
+            tile_sum(w, stride, rows, K, item, 0, 1, acc);
             store_tile(out, item, mult, acc);
         }
         return;
     }
     if (threadIdx.x < SLICES * ITEMS) {
-        tile_sum(w, rows, K, threadIdx.x % ITEMS, threadIdx.x / ITEMS, SLICES, acc);
+        tile_sum(w, stride, rows, K, threadIdx.x % ITEMS, threadIdx.x / ITEMS, SLICES, acc);
 #pragma unroll
         for (int j = 0; j < HTILE * VEC; ++j) red[threadIdx.x * HTILE * VEC + j] = acc[j];
     }
@@ -94,19 +95,19 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
-    float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    float* attnb = attn + ATTN_ROW(b);
 
     FOR_WARP_KEYS(true) {
 #pragma unroll 1
         for (int h = 0; h < N_HORIZONS; ++h) {
             const float sc = row_dot(q_h + h * HIDDEN_DIM, lane, x[u]) * scale;
-            if (lane == 0) attnb[(size_t)h * K + k0 + u] = sc;
+            if (lane == 0) attnb[(size_t)h * ATTN_STRIDE + k0 + u] = sc;
         }
     }
     __syncthreads();
 
     for (int h = warp; h < N_HORIZONS; h += NWARPS) {
-        const float* s = attnb + (size_t)h * K;
+        const float* s = attnb + (size_t)h * ATTN_STRIDE;
         float mx = -INFINITY;
         for (int k = lane; k < K; k += 32) mx = fmaxf(mx, s[k]);
         mx = group_max<32>(mx);
@@ -116,15 +117,19 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
         if (lane == 0) {
             fm[h] = mx;
             fl[h] = sum;
+#if SPLIT_COUNT > 1
+            SPLIT_LSE(b, h) = mx + logf(sum);
+#endif
         }
     }
     __syncthreads();
     for (int e = threadIdx.x; e < N_HORIZONS * K; e += BLOCK) {
         const int h = e / K;
-        attnb[e] = __expf(attnb[e] - fm[h]) / fl[h];
+        attnb[ATTN_AT(e)] = __expf(attnb[ATTN_AT(e)] - fm[h]) / fl[h];
     }
     __syncthreads();
-    weighted_rows(attnb, lnb, K, 1.f, ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);
+    weighted_rows(attnb, ATTN_STRIDE, lnb, K, 1.f, ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM,
+                  smem);
 }
 
 // Backward. c[h] = sum_k attn*(dw + grad_attn), dw[h,k] = grad_ctx[b,h,:] . ln[b,k,:]: from the
@@ -141,16 +146,16 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
-    const float* attnb = attn + (size_t)b * N_HORIZONS * K;
-    const float* gab = grad_attn ? grad_attn + (size_t)b * N_HORIZONS * K : nullptr;
-    const float* gcb = grad_ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+    const float* attnb = attn + ATTN_ROW(b);
+    const float* gab = grad_attn ? grad_attn + ATTN_ROW(b) : nullptr;
+    const float* gcb = grad_ctx + (size_t)BATCH_ROW(b) * N_HORIZONS * HIDDEN_DIM;
     float* dsb = ds_scratch + (size_t)b * N_HORIZONS * K;
 
     float share = 0.f;
     if (ctx) {
         for (int h = warp; h < N_HORIZONS; h += NWARPS) {
             float c[ROW_PER_LANE];
-            load_row(ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, lane, c);
+            load_row(ctx + ((size_t)BATCH_ROW(b) * N_HORIZONS + h) * HIDDEN_DIM, lane, c);
             const float dot = row_dot(gcb + h * HIDDEN_DIM, lane, c);
             if (lane == h) share += dot;
         }
@@ -159,17 +164,21 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
 #pragma unroll 1
             for (int h = 0; h < N_HORIZONS; ++h) {
                 const float dot = row_dot(gcb + h * HIDDEN_DIM, lane, x[u]);
-                if (lane == h) share = fmaf(attnb[(size_t)h * K + k0 + u], dot, share);
+                if (lane == h) share = fmaf(attnb[(size_t)h * ATTN_STRIDE + k0 + u], dot, share);
             }
         }
     }
     if (gab)
         for (int h = warp; h < N_HORIZONS; h += NWARPS) {
+#if SPLIT_COUNT > 1
+            if (lane == h) share += SPLIT_ATTN_DOT(b, h);
+#else
             float v = 0.f;
             for (int k = lane; k < K; k += 32)
                 v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
             v = warp_sum(v);
             if (lane == h) share += v;
+#endif
         }
     if (lane < N_HORIZONS) cw[warp][lane] = share;
     __syncthreads();
@@ -186,15 +195,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
         float out[ROW_PER_LANE] = {};
 #pragma unroll 1
         for (int h = 0; h < N_HORIZONS; ++h) {
-            const size_t e = (size_t)h * K + k;
+            const size_t e = (size_t)h * K + k, ea = (size_t)h * ATTN_STRIDE + k;
             float g[ROW_PER_LANE];
             load_row(gcb + h * HIDDEN_DIM, lane, g);
             float dot = 0.f;
 #pragma unroll
             for (int j = 0; j < ROW_PER_LANE; ++j) dot = fmaf(g[j], x[u][j], dot);
             dot = warp_sum(dot);
-            const float a = attnb[e];
-            const float d = a * ((gab ? dot + gab[e] : dot) - sc[h]);
+            const float a = attnb[ea];
+            const float d = a * ((gab ? dot + gab[ea] : dot) - sc[h]);
             if (lane == 0) dsb[e] = d;
 #pragma unroll
             for (int j = 0; j < ROW_PER_LANE; ++j) out[j] = fmaf(a, g[j], out[j]);
@@ -206,5 +215,5 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
         store_row(glnb + (size_t)k * HIDDEN_DIM, lane, out);
     }
     __syncthreads();
-    weighted_rows(dsb, lnb, K, scale, gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);
+    weighted_rows(dsb, K, lnb, K, scale, gq_scratch + (size_t)b * N_HORIZONS * HIDDEN_DIM, smem);
 }

@@ -79,7 +79,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
     int cslot = 0;
     for (int r = 0; r < w.rows; ++r) {
         const int b = w.row(r);
-        float* attnb = attn + (size_t)b * N_HORIZONS * K;
+        float* attnb = attn + ATTN_ROW(b);
         float m[N_HORIZONS], l[N_HORIZONS], acc[N_HORIZONS][L2_ACC_COLS];
         row_start(m, l, acc);
         for (int j = 0; j < w.per_row; ++j) {
@@ -106,7 +106,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 #if SMEM_SCORES
                     if (gl == 0 && k < K) wsc[h * K + k] = v;
 #else
-                    if (gl == 0 && k < K) attnb[(size_t)h * K + k] = v;
+                    if (gl == 0 && k < K) attnb[(size_t)h * ATTN_STRIDE + k] = v;
 #endif
                     up |= sc[u][h] > m[h] + MARGIN;
                 }
@@ -171,7 +171,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 #if SMEM_SCORES
                 if (gl == 0 && valid) wsc[h * K + k] = sc;
 #else
-                if (gl == 0 && valid) attnb[(size_t)h * K + k] = sc;
+                if (gl == 0 && valid) attnb[(size_t)h * ATTN_STRIDE + k] = sc;
 #endif
                 const bool up = valid && sc > m[h] + MARGIN;
                 if (__any_sync(FULL_MASK, up)) {
@@ -196,6 +196,9 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 #pragma unroll
         for (int h = 0; h < N_HORIZONS; ++h) {
             l[h] = 1.f / across_groups(l[h]);
+#if SPLIT_COUNT > 1
+            if (lane == 0) SPLIT_LSE(b, h) = (m[h] - log2f(l[h])) / LOG2E;  // l: 1 / the sum
+#endif
             float o[ROW_PER_LANE];
 #pragma unroll
             for (int i = 0; i < ROW_PER_LANE; ++i) o[i] = acc[h][i] * l[h];
@@ -204,7 +207,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
         __syncwarp();  // the raw scores this warp's lanes wrote are complete
 #pragma unroll
         for (int h = 0; h < N_HORIZONS; ++h) {
-            float* ah = attnb + (size_t)h * K;
+            float* ah = attnb + (size_t)h * ATTN_STRIDE;
 #if SMEM_SCORES
             const float* sh = wsc + h * K;
 #else
@@ -233,13 +236,16 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
         // then the raw scores its lanes wrote are normalised.
 #pragma unroll
         for (int h = 0; h < N_HORIZONS; ++h) {
+#if SPLIT_COUNT > 1
+            if (lane == 0) SPLIT_LSE(b, h) = (m[h] + log2f(l[h])) / LOG2E;
+#endif
             l[h] = 1.f / l[h];
             if (h % KPW == g) store_group_cols(ctxb + h * HIDDEN_DIM, gl, acc[h], l[h]);
         }
         __syncwarp();
 #pragma unroll 1
         for (int h = 0; h < N_HORIZONS; ++h) {
-            float* ah = attnb + (size_t)h * K;
+            float* ah = attnb + (size_t)h * ATTN_STRIDE;
 #if SMEM_SCORES
             const float* sh = wsc + h * K;
             for (int k = lane; k < K; k += 32) ah[k] = exp2f(sh[k] - m[h]) * l[h];
@@ -287,6 +293,9 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
                 lt = fmaf(tml[v * N_HORIZONS * 2 + 2 * h + 1], f[v], lt);
             }
             const float inv = 1.f / lt;
+#if SPLIT_COUNT > 1
+            if (t == 0) SPLIT_LSE(b, h) = (mt + log2f(lt)) / LOG2E;
+#endif
             float* ctxh = ctxb + h * HIDDEN_DIM;
             for (int d = t; d < HIDDEN_DIM; d += TW * 32) {
                 float v = 0.f;
@@ -295,7 +304,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
                     v = fmaf(tacc[u * N_HORIZONS * HIDDEN_DIM + h * HIDDEN_DIM + d], f[u], v);
                 ctxh[d] = v * inv;
             }
-            float* ah = attnb + (size_t)h * K;
+            float* ah = attnb + (size_t)h * ATTN_STRIDE;
             for (int k = t; k < K; k += TW * 32) ah[k] = exp2f(ah[k] - mt) * inv;
         }
 #endif
@@ -339,8 +348,8 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
     int cslot = 0;
     for (int r = 0; r < w.rows; ++r) {
         const int b = w.row(r);
-        const float* gcb = grad_ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
-        const float* attnb = attn + (size_t)b * N_HORIZONS * K;
+        const float* gcb = grad_ctx + (size_t)BATCH_ROW(b) * N_HORIZONS * HIDDEN_DIM;
+        const float* attnb = attn + ATTN_ROW(b);
         float gc[N_HORIZONS][GCOLS], c[N_HORIZONS];
 #pragma unroll
         for (int h = 0; h < N_HORIZONS; ++h) {
@@ -348,7 +357,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
             float v = 0.f;
             if (ctx) {
                 float y[GCOLS];
-                group_cols(ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM, gl, y);
+                group_cols(ctx + ((size_t)BATCH_ROW(b) * N_HORIZONS + h) * HIDDEN_DIM, gl, y);
 #pragma unroll
                 for (int j = 0; j < GCOLS; ++j) v = fmaf(gc[h][j], y[j], v);
                 v = group_sum<GROUP>(v);
@@ -373,13 +382,17 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
 #pragma unroll
                     for (int j = 0; j < GCOLS; ++j) dot = fmaf(gc[h][j], x[j], dot);
                     dot = group_sum<GROUP>(dot);
-                    if (k < K) share[h] = fmaf(attnb[(size_t)h * K + k], dot, share[h]);
+                    if (k < K) share[h] = fmaf(attnb[(size_t)h * ATTN_STRIDE + k], dot, share[h]);
                 }
             }
 #pragma unroll
             for (int h = 0; h < N_HORIZONS; ++h) c[h] = across_groups(share[h]);
         }
         if (grad_attn) {
+#if SPLIT_COUNT > 1
+#pragma unroll
+            for (int h = 0; h < N_HORIZONS; ++h) c[h] += SPLIT_ATTN_DOT(b, h);
+#else
             const float* gab = grad_attn + (size_t)b * N_HORIZONS * K;
 #pragma unroll 1
             for (int h = 0; h < N_HORIZONS; ++h) {
@@ -388,6 +401,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
                     v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
                 c[h] += warp_sum(v);
             }
+#endif
         }
 
         float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;

@@ -100,7 +100,7 @@ __device__ __forceinline__ void load_attn(float* as, const float* __restrict__ a
 {
     for (int e = threadIdx.x; e < N_HORIZONS * KC; e += BLOCK) {
         const int k = k0 + e % KC;
-        as[e] = k < K ? attnb[(size_t)(e / KC) * K + k] : 0.f;
+        as[e] = k < K ? attnb[(size_t)(e / KC) * ATTN_STRIDE + k] : 0.f;
     }
 }
 
@@ -120,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
     const int b = blockIdx.x, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
     const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
-    float* attnb = attn + (size_t)b * N_HORIZONS * K;
+    float* attnb = attn + ATTN_ROW(b);
     const int nchunks = (K + KC - 1) / KC;
 
     load_chunk(lbuf, lnb, 0, K);
@@ -149,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
                 const bool valid = c * KC + k < K;
                 v = valid ? v : -INFINITY;
                 sp[h * KC + k] = v;
-                if (valid) attnb[(size_t)h * K + c * KC + k] = v;
+                if (valid) attnb[(size_t)h * ATTN_STRIDE + c * KC + k] = v;
                 mx = fmaxf(mx, v);
             }
             mx = group_max<32>(mx);
@@ -189,7 +189,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
     }
     for (int h = warp; h < N_HORIZONS; h += NWARPS) {
         const float m = mstat[h], inv = 1.f / lstat[h];
-        float* ah = attnb + (size_t)h * K;
+#if SPLIT_COUNT > 1
+        if (lane == 0) SPLIT_LSE(b, h) = (m + log2f(lstat[h])) / LOG2E;
+#endif
+        float* ah = attnb + (size_t)h * ATTN_STRIDE;
         for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - m) * inv;
     }
 }
@@ -212,9 +215,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
     const int b = blockIdx.x, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
     const float* lnb = ln + (size_t)b * K * HIDDEN_DIM;
-    const float* attnb = attn + (size_t)b * N_HORIZONS * K;
-    const float* gab = grad_attn ? grad_attn + (size_t)b * N_HORIZONS * K : nullptr;
-    const float* gcb = grad_ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
+    const float* attnb = attn + ATTN_ROW(b);
+    const float* gab = grad_attn ? grad_attn + ATTN_ROW(b) : nullptr;
+    const float* gcb = grad_ctx + (size_t)BATCH_ROW(b) * N_HORIZONS * HIDDEN_DIM;
     float* glnb = grad_ln + (size_t)b * K * HIDDEN_DIM;
     const int nchunks = (K + KC - 1) / KC;
     const int passes = ctx ? 1 : 2;  // without ctx, a first pass over the chunks forms c
@@ -229,13 +232,18 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
     for (int h = warp; h < N_HORIZONS; h += NWARPS) {
         float v = 0.f;
         if (ctx) {
-            const float* cb = ctx + ((size_t)b * N_HORIZONS + h) * HIDDEN_DIM;
+            const float* cb = ctx + ((size_t)BATCH_ROW(b) * N_HORIZONS + h) * HIDDEN_DIM;
             for (int d = lane; d < HIDDEN_DIM; d += 32) v = fmaf(gcb[h * HIDDEN_DIM + d], cb[d], v);
         }
+#if SPLIT_COUNT == 1
         if (gab)
             for (int k = lane; k < K; k += 32)
                 v = fmaf(attnb[(size_t)h * K + k], gab[(size_t)h * K + k], v);
+#endif
         v = warp_sum(v);
+#if SPLIT_COUNT > 1
+        if (gab) v += SPLIT_ATTN_DOT(b, h);
+#endif
         if (lane == 0) cst[h] = v;
     }
 
@@ -271,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
             const int h = e / KC, k = k0 + e % KC;
             float dw = 0.f;
             for (int t = 0; t < KSPLIT; ++t) dw += sp[t * N_HORIZONS * KC + e];
-            const float ga = gab && k < K ? gab[(size_t)h * K + k] : 0.f;
+            const float ga = gab && k < K ? gab[(size_t)h * ATTN_STRIDE + k] : 0.f;
             sp[e] = as[e] * (dw + ga - cst[h]);  // 0 past K: as is 0 there
         }
         __syncthreads();

@@ -159,7 +159,7 @@ struct Ring {
                 const float* from = i < N_HORIZONS * SKEYS ? attn : gab;
                 const bool valid = from != nullptr && k0 + j < K;
                 copy_async<4>(dst + FSLOT + i,
-                              valid ? from + ((size_t)b * N_HORIZONS + h) * K + k0 + j : ln, valid);
+                              valid ? from + ATTN_HROW(b, h) + k0 + j : ln, valid);
             }
             if (++pj == w.per_row) { pj = 0; ++pr; }
             pslot = pslot + 1 == STAGES ? 0 : pslot + 1;

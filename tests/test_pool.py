@@ -284,9 +284,9 @@ _LAYOUTS = {f"layout{n}": {"forward": {"LAYOUT": n}, "backward": {"LAYOUT": n}} 
     if not (name == "layout0" and shape[3] > 8192)])
 @pytest.mark.parametrize("peaked", [False, True])
 def test_split_rows_match_the_reference_with_and_without_grad_attn(launch, h, d, b, k, peaked):
-    """Split rows (16 of 256 keys, 16 of 375, 256 of 256) against float64, grad_attn's shift
-    included; with peaked scores one split holds nearly all of a row's weight (the shift's
-    denominator near zero). Reruns are bitwise; without ctx the backward runs unsplit and
+    """Split rows (16 of 256 keys, 16 of 375, 256 of 256) against float64, with grad_attn's
+    row sums (pool_attn_dot) too; with peaked scores one split holds nearly all of a row's
+    weight. Reruns are bitwise; without ctx the backward runs unsplit and
     agrees."""
     from pycuda_heads.ops.pool import split_count
     assert split_count(b, k) > 1

@@ -22,11 +22,12 @@ def test_only_long_rows_in_small_batches_split():
         assert k % s == 0 and (s == 1 or (k // s >= SPLIT_KEYS and b * s // 2 < SPLIT_ROWS))
 
 
-def _layouts_backward(q, ln, attn, gc, ctx, ga):
-    """The layouts' backward given ctx: the correction is grad_ctx . ctx + sum attn * grad_attn
-    over the row's keys (the reference computes it from the row instead)."""
-    dw = gc @ ln.transpose(0, 2, 1) + (0 if ga is None else ga)
-    c = (gc * ctx).sum(-1) + (0 if ga is None else (attn * ga).sum(-1))
+def _layouts_backward(q, ln, attn, gc, ctx, ga_v, ga_dot):
+    """The layouts' backward on virtual rows given the batch row's ctx: the correction is
+    grad_ctx . ctx plus the batch row's sum attn * grad_attn (pool_attn_dot's, the same for
+    every split of a row)."""
+    dw = gc @ ln.transpose(0, 2, 1) + (0 if ga_v is None else ga_v)
+    c = (gc * ctx).sum(-1) + (0 if ga_dot is None else ga_dot)
     ds = attn * (dw - c[..., None])
     scale = 1 / np.sqrt(q.shape[1])
     grad_ln = attn.transpose(0, 2, 1) @ gc + scale * ds.transpose(0, 2, 1) @ q
@@ -34,31 +35,29 @@ def _layouts_backward(q, ln, attn, gc, ctx, ga):
 
 
 def _joined(q, ln, gc, ga, s):
-    """The forward on virtual rows, pool_lse and pool_combine, pool_shift and pool_spread, then the backward
-    on the virtual rows, all in float64 (the reference plays the layouts' forward)."""
+    """The forward on virtual rows with each split's log-sum-exp, pool_combine, pool_attn_dot,
+    then the backward on the virtual rows (each split reading the batch row's attn, grad_attn,
+    grad_ctx and ctx in place), all in float64 (the reference plays the layouts)."""
     b, k, d = ln.shape
     h, kv = q.shape[0], k // s
     lnv = ln.reshape(b * s, kv, d)
     ctx_v, attn_v = ref.pool_forward(q, lnv)
     ctx_v, attn_v = ctx_v.reshape(b, s, h, d), attn_v.reshape(b, s, h, kv)
-    at = attn_v.argmax(axis=-1)  # each split's largest weight gives its log-sum-exp
-    rows = np.take_along_axis(ln.reshape(b, s, kv, d), at.reshape(b, s, h, 1), axis=2)
-    lse = (rows * q).sum(-1) / np.sqrt(d) - np.log(attn_v.max(axis=-1))
+    scores = (lnv @ q.T / np.sqrt(d)).reshape(b, s, kv, h)
+    top = scores.max(axis=2)
+    lse = top + np.log(np.exp(scores - top[:, :, None]).sum(axis=2))  # [b, s, h]
     w = np.exp(lse - lse.max(axis=1, keepdims=True))
     w /= w.sum(axis=1, keepdims=True)  # [b, s, h]
     ctx = (w[..., None] * ctx_v).sum(axis=1)
     attn = (w[..., None] * attn_v).transpose(0, 2, 1, 3).reshape(b, h, k)
-    a4 = attn.reshape(b, h, s, kv)
-    ga_v = None
+    split = lambda x: (x.reshape(b, h, s, kv).transpose(0, 2, 1, 3)  # noqa: E731
+                       .reshape(b * s, h, kv))
+    batch_row = lambda x: np.repeat(x[:, None], s, axis=1).reshape(b * s, h, -1)  # noqa: E731
+    ga_v = ga_dot = None
     if ga is not None:
-        g4 = ga.reshape(b, h, s, kv)
-        ws, ls = a4.sum(-1), (a4 * g4).sum(-1)  # [b, h, s]
-        num, den = ls.sum(-1, keepdims=True) - ls, ws.sum(-1, keepdims=True) - ws
-        shift = np.where(den > 0, -num / np.where(den > 0, den, 1), 0)
-        ga_v = (g4 + shift[..., None]).transpose(0, 2, 1, 3).reshape(b * s, h, kv)
-    spread = lambda x: np.repeat(x[:, None], s, axis=1).reshape(b * s, h, -1)  # noqa: E731
-    gq, gln = _layouts_backward(q, lnv, a4.transpose(0, 2, 1, 3).reshape(b * s, h, kv),
-                                spread(gc), spread(ctx), ga_v)
+        ga_v = split(ga)
+        ga_dot = batch_row((attn * ga).sum(-1)[..., None])[..., 0]
+    gq, gln = _layouts_backward(q, lnv, split(attn), batch_row(gc), batch_row(ctx), ga_v, ga_dot)
     return ctx, attn, gq, gln.reshape(b, k, d)
 
 
@@ -83,5 +82,19 @@ def test_the_joins_give_the_whole_rows_results(peaked, with_grad_attn):
 def test_the_joins_compile_free_of_atomics_and_spills(h, d):
     from pycuda_heads.verify.static_check import check_variant
     report = check_variant("pool", {"N_HORIZONS": h, "HIDDEN_DIM": d, "POOL_SPLIT": 1})
-    assert set(report.entries) == {"pool_lse", "pool_combine", "pool_shift", "pool_spread"}
+    assert set(report.entries) == {"pool_combine", "pool_attn_dot"}
+    assert report.ok, report.problems()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("layout", [0, 1, 2, 3])
+@pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
+def test_the_layouts_compile_split_free_of_atomics_and_spills(kernel, layout):
+    """Each layout compiled with SPLIT_COUNT (attn read and written in place, the batch row's
+    grad_ctx and ctx, attn_dot), at its valid point nearest the default."""
+    from pycuda_heads.verify.static_check import check_kernel
+    spec = catalog()[kernel]
+    template = {"N_HORIZONS": 4, "HIDDEN_DIM": 128}  # LAYOUT 3 takes N_HORIZONS % 4 == 0
+    params = spec.space.complete({"LAYOUT": layout}, template)
+    report = check_kernel(spec, {**params, "SPLIT_COUNT": 16}, template=template)
     assert report.ok, report.problems()

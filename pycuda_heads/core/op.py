@@ -104,16 +104,21 @@ class Op:
         return hit["params"]
 
     def plan(self, role: str, shape: Mapping[str, int],
-             geometry: Callable[[Mapping[str, Any]], tuple[tuple, tuple, int]]) -> Launch:
+             geometry: Callable[[Mapping[str, Any]], tuple[tuple, tuple, int]],
+             defines: Mapping[str, int] | None = None) -> Launch:
         """Everything a launch of ``role`` at ``shape`` needs, worked out on the first call at
         that shape: parameters, prepared kernel, and ``geometry(params)`` = (grid, block,
-        shared bytes). A repeat call is one dictionary lookup."""
-        key = (role, *shape.values())
+        shared bytes). ``defines`` are constants the kernel is compiled with beside the
+        parameters (a variant of the chosen launch, such as the pool's split-K one). A repeat
+        call is one dictionary lookup."""
+        key = (role, *shape.values()) if defines is None else (role, *shape.values(),
+                                                                *defines.items())
         hit = self._plans.get(key)
         if hit is None:
             params = self.launch_params(role, shape)
-            hit = self._plans[key] = Launch(params, self.kernel(role, params).__call__,
-                                            *geometry(params), self.chosen[role])
+            kernel = self.kernel(role, {**params, **(defines or {})})
+            hit = self._plans[key] = Launch(params, kernel.__call__, *geometry(params),
+                                            self.chosen[role])
         self.chosen[role] = hit.chosen
         return hit
 

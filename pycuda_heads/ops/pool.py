@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..core import device
-from ..core.arrays import Inputs, check_aligned, empty, empty_parts
+from ..core.arrays import Inputs, check_aligned, empty
 from ..core.op import HorizonOp
 from ..core.sizes import HeaderSizes
 from ..core.source import cu_dir
@@ -139,14 +139,15 @@ def _check_keys(k: int) -> None:
 
 
 # Split-K: a row of many keys in a small batch runs as SPLIT virtual rows of K/SPLIT keys (the
-# layouts' grid is one block or team per row, too few blocks for B=64, K=4096), joined by
-# pool_split.cuh. The split doubles while the batch has fewer than SPLIT_ROWS rows, K divides
+# layouts' grid is one block or team per row, too few blocks for B=64, K=4096): the layouts,
+# compiled with SPLIT_COUNT, read and write the batch rows' attn in place, and pool_split.cuh
+# joins the splits' softmaxes. The split doubles while the batch has fewer than SPLIT_ROWS rows, K divides
 # and a virtual row keeps SPLIT_KEYS keys or more: on the H200, B=64, K=4096 ran fwd+bwd in
 # 143.7 us at 16 splits (rows of 256 keys), 155.3 at 32, 177.3 at 64 and 222.1 at 8
 # (reports/nvidia-h200/probes/pool_splitk_virtual.json).
 SPLIT_ROWS, SPLIT_KEYS = 1024, 256
-_SPLIT_THREADS, _SPLIT_MAX, _SPLIT_SPAN, _SPLIT_WARPS = (
-    SIZES.value(n, {}) for n in ("SPLIT_THREADS", "SPLIT_MAX", "SPLIT_SPAN", "SPLIT_WARPS"))
+_SPLIT_THREADS, _SPLIT_MAX, _SPLIT_SPAN = (
+    SIZES.value(n, {}) for n in ("SPLIT_THREADS", "SPLIT_MAX", "SPLIT_SPAN"))
 
 
 def split_count(b: int, k: int) -> int:
@@ -156,6 +157,11 @@ def split_count(b: int, k: int) -> int:
            and k // (2 * s) >= SPLIT_KEYS):
         s *= 2
     return s
+
+
+def _split_defines(s: int) -> dict[str, int] | None:
+    """The layouts' compile-time split count at ``s`` splits (None: rows run whole)."""
+    return {"SPLIT_COUNT": s} if s > 1 else None
 
 
 def _blocks(p: Mapping[str, Any], b: int) -> int:
@@ -190,7 +196,6 @@ class PerHorizonAttentionPool(HorizonOp):
         super().__init__(n_horizons, hidden_dim, launch)
         self.scale = 1.0 / math.sqrt(hidden_dim)
         self._scale = np.float32(self.scale)
-        self._splits: dict[tuple[int, int], tuple[int, tuple, int] | None] = {}
 
     def forward(self, q_h: Any, ln: Any, *, stream: Any = None) -> tuple[Any, Any]:
         """ctx[B, H, D] and attn[B, H, K] as GPUArrays (launched on ``stream``). Long rows in a
@@ -199,25 +204,23 @@ class PerHorizonAttentionPool(HorizonOp):
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
         s = split_count(b, k)
-        bv, kv = b * s, k // s  # the virtual rows the layout runs
+        bv, kv = b * s, k // s  # the rows the layout runs: virtual ones where split
         plan = self.plan("forward", {"B": b, "K": k}, lambda p: (
             (_blocks(p, bv), 1, 1), (p["BLOCK"], 1, 1),
-            forward_shared_bytes(p, {**self.template, "K": kv})))
+            forward_shared_bytes(p, {**self.template, "K": kv})), _split_defines(s))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        ctx_v, attn_v, lse = ((ctx, attn, None) if s == 1 else
-                              empty_parts((bv, h, d), (bv, h, kv), (b, h, s)))
+        # split: each split's weights in place in attn; its ctx, then its log-sum-exp
+        # [b, h, s], in ctx_v until the combine (pool_common.cuh)
+        ctx_v = ctx if s == 1 else empty((bv * h * d + b * h * s,))
         plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx_v.gpudata,
-                    attn=attn_v.gpudata, K=kv, scale=self._scale, B=bv, shared=plan.shared,
+                    attn=attn.gpudata, K=kv, scale=self._scale, B=bv, shared=plan.shared,
                     stream=stream)
-        if s == 1:
-            return ctx, attn
-        self._join("lse")((-(-s // _SPLIT_WARPS), h, b), (_SPLIT_THREADS, 1, 1),
-                          q_h=q_h.gpudata, ln=ln.gpudata, attn_v=attn_v.gpudata,
-                          lse=lse.gpudata, S=s, Ks=kv, scale=self._scale, stream=stream)
-        self._join("combine")((h, b, -(-k // _SPLIT_SPAN)), (_SPLIT_THREADS, 1, 1),
-                              ctx_v=ctx_v.gpudata, attn_v=attn_v.gpudata, lse=lse.gpudata,
-                              ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv, stream=stream)
+        if s > 1:
+            self._join("combine")((h, b, -(-k // _SPLIT_SPAN)), (_SPLIT_THREADS, 1, 1),
+                                  ctx_v=ctx_v.gpudata,
+                                  lse=np.intp(int(ctx_v.gpudata) + 4 * bv * h * d),
+                                  ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, ctx: Any = None, *,
@@ -230,68 +233,35 @@ class PerHorizonAttentionPool(HorizonOp):
             self._checked, self.bound, ln, q_h, attn, grad_ctx, grad_attn, ctx)
         b, k, h, d = dims["B"], dims["K"], dims["H"], dims["D"]
         _check_keys(k)
+        s = 1 if ctx is None else split_count(b, k)
+        bv, kv = b * s, k // s
         plan = self.plan("backward", {"B": b, "K": k}, lambda p: (
-            (_blocks(p, b), 1, 1), (p["BLOCK"], 1, 1),
-            backward_shared_bytes(p, {**self.template, "K": k})))
+            (_blocks(p, bv), 1, 1), (p["BLOCK"], 1, 1),
+            backward_shared_bytes(p, {**self.template, "K": kv})), _split_defines(s))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln, grad_ctx=grad_ctx,
                       **({} if ctx is None else {"ctx": ctx}))
-        split = None if ctx is None else self._split_launch(plan.params, b, k)
-        s, grid, shared = split or (1, plan.grid, plan.shared)
-        bv, kv = b * s, k // s
-        if s > 1:
-            attn, grad_ctx, ctx, grad_attn = self._spread(attn, grad_ctx, ctx, grad_attn, s,
-                                                          kv, stream)
-        blocks = grid[0]  # one grad_q_h scratch row each
-        grad_ln, scratch = empty((b, k, d)), empty((blocks, h * d))
+        blocks = plan.grid[0]  # one grad_q_h scratch row each
+        # split with grad_attn: each batch row's sum_k attn * grad_attn, which every split's
+        # correction takes whole, rides behind the blocks' rows (pool_common.cuh)
+        dots = b * h if s > 1 and grad_attn is not None else 0
+        grad_ln, scratch = empty((b, k, d)), empty((blocks * h * d + dots,))
+        if dots:
+            self._join("attn_dot")((h, b, 1), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
+                                   grad_attn=grad_attn.gpudata,
+                                   attn_dot=np.intp(int(scratch.gpudata) + 4 * blocks * h * d),
+                                   K=k, stream=stream)
         ds = empty((bv, h, kv)) if plan.params["LAYOUT"] == 1 else None
-        plan.kernel(grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, attn=attn.gpudata,
+        plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, attn=attn.gpudata,
                     grad_ctx=grad_ctx.gpudata,
                     grad_attn=_NULL if grad_attn is None else grad_attn.gpudata,
                     ctx=_NULL if ctx is None else ctx.gpudata, grad_ln=grad_ln.gpudata,
                     gq_scratch=scratch.gpudata, ds_scratch=_NULL if ds is None else ds.gpudata,
-                    K=kv, scale=self._scale, B=bv, shared=shared, stream=stream)
+                    K=kv, scale=self._scale, B=bv, shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
-
-    def _split_launch(self, params: Mapping[str, Any], b: int,
-                      k: int) -> tuple[int, tuple, int] | None:
-        """(splits, grid, shared bytes) of the backward given ctx at (b, k) with the plan's
-        ``params``, worked out on the first call at that shape; None where rows run whole."""
-        key = (b, k)
-        if key not in self._splits:
-            s = split_count(b, k)
-            self._splits[key] = None if s == 1 else (
-                s, (_blocks(params, b * s), 1, 1),
-                backward_shared_bytes(params, {**self.template, "K": k // s}))
-        return self._splits[key]
 
     def _join(self, role: str) -> Any:
         """Split-K's kernel ``pool_<role>`` (pool.cu with POOL_SPLIT)."""
         return self.kernel(role, {"POOL_SPLIT": 1})
-
-    def _spread(self, attn: Any, grad_ctx: Any, ctx: Any, grad_attn: Any, s: int, kv: int,
-                stream: Any) -> tuple[Any, Any, Any, Any]:
-        """attn, grad_ctx, ctx and grad_attn on the virtual rows of ``s`` splits of ``kv`` keys;
-        grad_attn shifted per split so that each split's correction is the whole row's."""
-        b, h, _ = attn.shape
-        d, bv = self.hidden_dim, b * s
-        shift = None
-        if grad_attn is not None:
-            shift = empty((b, h, s))
-            self._join("shift")((h, b, 1), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
-                                grad_attn=grad_attn.gpudata, shift=shift.gpudata, S=s, Ks=kv,
-                                stream=stream)
-        attn_v, grad_ctx_v, ctx_v, *grad_attn_v = empty_parts(
-            (bv, h, kv), (bv, h, d), (bv, h, d), *(() if shift is None else ((bv, h, kv),)))
-        self._join("spread")((s, b, 1), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
-                             grad_ctx=grad_ctx.gpudata, ctx=ctx.gpudata,
-                             grad_attn=_NULL if shift is None else grad_attn.gpudata,
-                             shift=_NULL if shift is None else shift.gpudata,
-                             attn_v=attn_v.gpudata, grad_ctx_v=grad_ctx_v.gpudata,
-                             ctx_v=ctx_v.gpudata,
-                             grad_attn_v=grad_attn_v[0].gpudata if grad_attn_v else _NULL,
-                             S=s, Ks=kv, stream=stream)
-        return attn_v, grad_ctx_v, ctx_v, grad_attn_v[0] if grad_attn_v else None
-
 
 def torch_forward(torch: Any, q_h: Any, ln: Any) -> tuple[Any, Any]:
     scale = 1.0 / math.sqrt(q_h.shape[1])
