@@ -19,11 +19,11 @@ __device__ __forceinline__ void pdl_wait()
 // batch row b / SPLIT_COUNT, and K is a split's keys. ln, grad_ln and the forward's ctx are the
 // splits' own (a batch row's keys are contiguous in ln); attn and grad_attn are the batch rows'
 // arrays, read and written in place at the split's keys, ATTN_STRIDE apart between horizons;
-// the backward reads the batch row's grad_ctx and ctx, and takes the softmax correction's
-// sum_k attn*grad_attn over all the batch row's keys (pool_attn_dot's) from behind the blocks'
-// rows of gq_scratch; the forward writes each split's log-sum-exp behind the splits' ctx rows
-// (SPLIT_LSE). So every variant has the same parameters. Unsplit, each macro is the
-// plain row's expression.
+// the backward reads the batch row's grad_ctx and ctx. Two arrays ride behind others, so that
+// every variant has the same parameters: the forward keeps each split's log-sum-exp behind the
+// splits' ctx rows (SPLIT_LSE), and the backward takes its correction's sum_k attn*grad_attn
+// over all the batch row's keys (pool_attn_dot's) from behind the blocks' rows of gq_scratch
+// (SPLIT_ATTN_DOT).
 #ifndef SPLIT_COUNT
 #define SPLIT_COUNT 1
 #endif
@@ -36,12 +36,11 @@ __device__ __forceinline__ void pdl_wait()
 #define BATCH_ROW(b) ((b) / SPLIT_COUNT)
 #define SPLIT_ATTN_DOT(b, h) \
     gq_scratch[((size_t)gridDim.x * HIDDEN_DIM + BATCH_ROW(b)) * N_HORIZONS + (h)]
-// the forward's log-sum-exp of split b's scores for horizon h (natural units), behind the
-// splits' ctx rows: lse[batch row][h][split] for pool_combine
+// split b's log-sum-exp of horizon h's scores (natural units) as lse[batch row][h][split]
 #define SPLIT_LSE(b, h)                                                                       \
     ctx[(size_t)B * N_HORIZONS * HIDDEN_DIM                                                   \
         + ((size_t)BATCH_ROW(b) * N_HORIZONS + (h)) * SPLIT_COUNT + (b) % SPLIT_COUNT]
-#else  // the plain rows' very tokens, so that unsplit variants compile as they always have
+#else  // the plain rows' very tokens: unsplit variants compile as they always have
 #define ATTN_STRIDE K
 #define ATTN_ROW(b) (size_t)b * N_HORIZONS * K
 #define ATTN_AT(e) e

@@ -67,11 +67,11 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
         float sum = 0.f;
         for (int w = 0; w < NWARPS; ++w)
             sum += wl[w * N_HORIZONS + h] * expf(wm[w * N_HORIZONS + h] - mx);
-        fm[h] = mx;
-        fl[h] = sum;
 #if SPLIT_COUNT > 1
         SPLIT_LSE(b, h) = mx + logf(sum);
 #endif
+        fm[h] = mx;
+        fl[h] = sum;
     }
     __syncthreads();
 
