@@ -44,7 +44,7 @@ def launches(counter, call):
      lambda: (gpu(3, H, D), gpu(H, D), gpu(3, H))),
     ("pool.backward", lambda: ph.PerHorizonAttentionPool(H, D),
      lambda: (gpu(H, D), gpu(2, 8, D), gpu(2, H, 8), gpu(2, H, D))),
-    # given ctx, long rows in a small batch run split: the spread, then the split launch
+    # given ctx, long rows in a small batch run split: the split launch, then the reduce
     ("pool.backward", lambda: ph.PerHorizonAttentionPool(H, D),
      lambda: (gpu(H, D), gpu(2, 4096, D), gpu(2, H, 4096), gpu(2, H, D), gpu(2, H, D))),
     ("adam.step", lambda: ph.Adam(), lambda: (gpu(7, 3),) * 4 + (2,)),
