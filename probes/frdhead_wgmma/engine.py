@@ -49,6 +49,19 @@ def inputs(b: int) -> dict:
             "labels": ga.to_gpu(labels)}
 
 
+def rel_diff(got: list, ref: list) -> float:
+    """The largest difference of a point's outputs from the shipped launch's, relative."""
+    return max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30)) for g, r in zip(got, ref))
+
+
+def keep(out: dict, path: str, b: int, key: str, row: dict) -> None:
+    """``row`` into the record under batch ``b`` (written at once: a cut run keeps it)."""
+    out.setdefault(str(b), {})[key] = row
+    print(b, key, {k: round(v, 2) if k.endswith("us") else "%.1e" % v for k, v in row.items()},
+          flush=True)
+    Path(path).write_text(json.dumps(out, indent=1))
+
+
 def main(path: str) -> None:
     device.cuda()  # the context, before the first allocation (the ops make it on construction)
     out: dict = {}
@@ -60,23 +73,17 @@ def main(path: str) -> None:
             head = ph.FrdHead(D, F, H, A, launch=None if p is None else
                               {"forward": p, "forward_loss": p})
             got = [o.get() for o in head.forward_loss(*args, x["labels"])]
-            if ref is None:
-                ref = got
-            err = max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30))
-                      for g, r in zip(got, ref))
+            ref = ref or got
 
             def step() -> None:
                 hidden, _, grad_logits, _ = head.forward_loss(*args, x["labels"])
                 head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
-            row = {"rel_diff_vs_shipped": err,
-                   "forward_us": gpu_time_us(lambda: head.forward(*args))["median_us"],
-                   "forward_loss_us": gpu_time_us(
-                       lambda: head.forward_loss(*args, x["labels"]))["median_us"],
-                   "fwd_loss_bwd_us": gpu_time_us(step)["median_us"]}
-            out.setdefault(str(b), {})[name] = row
-            print(b, name, {k: round(v, 2) if k.endswith("us") else "%.1e" % v
-                            for k, v in row.items()}, flush=True)
-            Path(path).write_text(json.dumps(out, indent=1))
+            keep(out, path, b, name, {
+                "rel_diff_vs_shipped": rel_diff(got, ref),
+                "forward_us": gpu_time_us(lambda: head.forward(*args))["median_us"],
+                "forward_loss_us": gpu_time_us(
+                    lambda: head.forward_loss(*args, x["labels"]))["median_us"],
+                "fwd_loss_bwd_us": gpu_time_us(step)["median_us"]})
         hidden, _, grad_logits, _ = ph.FrdHead(D, F, H, A).forward_loss(*args, x["labels"])
         dhidden = ga.to_gpu(np.random.default_rng(b + 1).standard_normal((b, F), dtype=np.float32)
                             / np.float32(b))
@@ -88,16 +95,10 @@ def main(path: str) -> None:
                 head = ph.FrdHead(D, F, H, A, launch=None if p is None else {stage: p})
                 run = getattr(head, stage)
                 got = [o.get() for o in run(*stage_args[stage])]
-                if ref is None:
-                    ref = got
-                err = max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30))
-                          for g, r in zip(got, ref))
-                row = {"rel_diff_vs_shipped": err,
-                       f"{stage}_us": gpu_time_us(lambda: run(*stage_args[stage]))["median_us"]}
-                out[str(b)][f"{stage}:{name}"] = row
-                print(b, stage, name, {k: round(v, 2) if k.endswith("us") else "%.1e" % v
-                                       for k, v in row.items()}, flush=True)
-                Path(path).write_text(json.dumps(out, indent=1))
+                ref = ref or got
+                keep(out, path, b, f"{stage}:{name}", {
+                    "rel_diff_vs_shipped": rel_diff(got, ref),
+                    f"{stage}_us": gpu_time_us(lambda: run(*stage_args[stage]))["median_us"]})
 
 
 if __name__ == "__main__":
