@@ -73,9 +73,9 @@
 #define POOL_BACKWARD_FLOATS_L3 (2 * L3_ROWS + L3_CHUNKS + L3_PRODUCTS + N_HORIZONS * KC \
                                  + N_HORIZONS)
 
-// Split-K (pool_split.cuh): threads a block of its kernels, the most splits of a row (each
-// joining kernel holds a row's split weights in shared memory), and the attention weights of a
-// row a combining block rescales at most (held in registers, SPLIT_SPAN / SPLIT_THREADS a thread).
+// Split-K (pool_split.cuh): threads a block of its kernels, the most splits of a row (the
+// combine holds a row's split weights in shared memory), and the attention weights of a row a
+// combining block rescales at most (held in registers, SPLIT_SPAN / SPLIT_THREADS a thread).
 #define SPLIT_THREADS 256
 #define SPLIT_WARPS (SPLIT_THREADS / 32)
 #define SPLIT_MAX 256

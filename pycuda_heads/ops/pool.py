@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import reference as ref
 from ..core import device
-from ..core.arrays import Inputs, check_aligned, empty
+from ..core.arrays import Inputs, check_aligned, empty, empty_parts
 from ..core.op import HorizonOp
 from ..core.sizes import HeaderSizes
 from ..core.source import cu_dir
@@ -141,10 +141,10 @@ def _check_keys(k: int) -> None:
 # Split-K: a row of many keys in a small batch runs as SPLIT virtual rows of K/SPLIT keys (the
 # layouts' grid is one block or team per row, too few blocks for B=64, K=4096): the layouts,
 # compiled with SPLIT_COUNT, read and write the batch rows' attn in place, and pool_split.cuh
-# joins the splits' softmaxes. The split doubles while the batch has fewer than SPLIT_ROWS rows, K divides
-# and a virtual row keeps SPLIT_KEYS keys or more: on the H200, B=64, K=4096 ran fwd+bwd in
-# 143.7 us at 16 splits (rows of 256 keys), 155.3 at 32, 177.3 at 64 and 222.1 at 8
-# (reports/nvidia-h200/probes/pool_splitk_virtual.json).
+# joins the splits' softmaxes. The split doubles while the batch has fewer than SPLIT_ROWS
+# rows, K divides and a virtual row keeps SPLIT_KEYS keys or more: on the H200, B=64, K=4096
+# ran fwd+bwd in 143.7 us at 16 splits (rows of 256 keys), 155.3 at 32, 177.3 at 64 and 222.1
+# at 8 (reports/nvidia-h200/probes/pool_splitk_virtual.json).
 SPLIT_ROWS, SPLIT_KEYS = 1024, 256
 _SPLIT_THREADS, _SPLIT_MAX, _SPLIT_SPAN = (
     SIZES.value(n, {}) for n in ("SPLIT_THREADS", "SPLIT_MAX", "SPLIT_SPAN"))
@@ -210,17 +210,16 @@ class PerHorizonAttentionPool(HorizonOp):
             forward_shared_bytes(p, {**self.template, "K": kv})), _split_defines(s))
         check_aligned(plan.params["VEC"], q_h=q_h, ln=ln)
         ctx, attn = empty((b, h, d)), empty((b, h, k))
-        # split: each split's weights in place in attn; its ctx, then its log-sum-exp
-        # [b, h, s], in ctx_v until the combine (pool_common.cuh)
-        ctx_v = ctx if s == 1 else empty((bv * h * d + b * h * s,))
+        # split: each split's weights in place in attn; its ctx, and right behind the splits'
+        # ctx rows its log-sum-exp, until the combine (pool_common.cuh)
+        ctx_v, lse = (ctx, None) if s == 1 else empty_parts((bv, h, d), (b, h, s), align=4)
         plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, ctx=ctx_v.gpudata,
                     attn=attn.gpudata, K=kv, scale=self._scale, B=bv, shared=plan.shared,
                     stream=stream)
         if s > 1:
             self._join("combine")((h, b, -(-k // _SPLIT_SPAN)), (_SPLIT_THREADS, 1, 1),
-                                  ctx_v=ctx_v.gpudata,
-                                  lse=np.intp(int(ctx_v.gpudata) + 4 * bv * h * d),
-                                  ctx=ctx.gpudata, attn=attn.gpudata, S=s, Ks=kv, stream=stream)
+                                  ctx_v=ctx_v.gpudata, lse=lse.gpudata, ctx=ctx.gpudata,
+                                  attn=attn.gpudata, S=s, Ks=kv, stream=stream)
         return ctx, attn
 
     def backward(self, q_h: Any, ln: Any, attn: Any, grad_ctx: Any, ctx: Any = None, *,
@@ -243,13 +242,14 @@ class PerHorizonAttentionPool(HorizonOp):
         blocks = plan.grid[0]  # one grad_q_h scratch row each
         # split with grad_attn: each batch row's sum_k attn * grad_attn, which every split's
         # correction takes whole, rides behind the blocks' rows (pool_common.cuh)
-        dots = b * h if s > 1 and grad_attn is not None else 0
-        grad_ln, scratch = empty((b, k, d)), empty((blocks * h * d + dots,))
-        if dots:
+        grad_ln = empty((b, k, d))
+        if s > 1 and grad_attn is not None:
+            scratch, dot = empty_parts((blocks, h * d), (b, h), align=4)
             self._join("attn_dot")((h, b, 1), (_SPLIT_THREADS, 1, 1), attn=attn.gpudata,
-                                   grad_attn=grad_attn.gpudata,
-                                   attn_dot=np.intp(int(scratch.gpudata) + 4 * blocks * h * d),
-                                   K=k, stream=stream)
+                                   grad_attn=grad_attn.gpudata, attn_dot=dot.gpudata, K=k,
+                                   stream=stream)
+        else:
+            scratch = empty((blocks, h * d))
         ds = empty((bv, h, kv)) if plan.params["LAYOUT"] == 1 else None
         plan.kernel(plan.grid, plan.block, q_h=q_h.gpudata, ln=ln.gpudata, attn=attn.gpudata,
                     grad_ctx=grad_ctx.gpudata,
@@ -262,6 +262,7 @@ class PerHorizonAttentionPool(HorizonOp):
     def _join(self, role: str) -> Any:
         """Split-K's kernel ``pool_<role>`` (pool.cu with POOL_SPLIT)."""
         return self.kernel(role, {"POOL_SPLIT": 1})
+
 
 def torch_forward(torch: Any, q_h: Any, ln: Any) -> tuple[Any, Any]:
     scale = 1.0 / math.sqrt(q_h.shape[1])
