@@ -77,20 +77,86 @@ __device__ __forceinline__ void chunk_products(const float* a, const float* buf,
             sp[(s * N_HORIZONS + th * 4 + i) * KC + tk + j * (KC / TK)] = acc[i][j];
 }
 
-// o[i][0..3] += sum over the chunk's keys of p[h0+i][k] * buf[k][d0..d0+3] (4x4 register tile).
+// Keys a thread takes at once from the [N_HORIZONS][KC] rows in shared memory: one vector
+// load of GK keys in place of GK scalar ones (the rows are 16-byte aligned, KC floats apart).
+#define GK (KC % 4 == 0 ? 4 : KC % 2 == 0 ? 2 : 1)
+
+// w[0..GK) = row[0..GK) in one shared-memory load.
+__device__ __forceinline__ void load_span(const float* row, float (&w)[GK])
+{
+    if constexpr (GK == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(row);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if constexpr (GK == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(row);
+        w[0] = v.x, w[1] = v.y;
+    } else {
+        w[0] = row[0];
+    }
+}
+
+// o[i][0..3] += sum over the chunk's keys of p[h0+i][k] * buf[k][d0..d0+3] (4x4 register tile),
+// the keys in order; p's weights read GK keys at a time.
 __device__ __forceinline__ void tile_accumulate(float (*o)[4], const float* p, const float* buf,
                                                 const int h0, const int d0)
 {
-    for (int k = 0; k < KC; ++k) {
-        const float4 lv = *reinterpret_cast<const float4*>(buf + k * WROW + d0);
+    for (int k = 0; k < KC; k += GK) {
+        float w[4][GK];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float w = p[(h0 + i) * KC + k];
-            o[i][0] = fmaf(w, lv.x, o[i][0]);
-            o[i][1] = fmaf(w, lv.y, o[i][1]);
-            o[i][2] = fmaf(w, lv.z, o[i][2]);
-            o[i][3] = fmaf(w, lv.w, o[i][3]);
+        for (int i = 0; i < 4; ++i) load_span(p + (h0 + i) * KC + k, w[i]);
+#pragma unroll
+        for (int j = 0; j < GK; ++j) {
+            const float4 lv = *reinterpret_cast<const float4*>(buf + (k + j) * WROW + d0);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                o[i][0] = fmaf(w[i][j], lv.x, o[i][0]);
+                o[i][1] = fmaf(w[i][j], lv.y, o[i][1]);
+                o[i][2] = fmaf(w[i][j], lv.z, o[i][2]);
+                o[i][3] = fmaf(w[i][j], lv.w, o[i][3]);
+            }
         }
+    }
+}
+
+// grad_ln of the chunk's keys, tiles of GK keys by 4 columns a thread: a warp's lanes are LK
+// key tiles by LC column groups, so a step over the horizons reads LC float4s of grad_ctx and
+// of q and LK spans of attn and of ds (a few wavefronts for 8*GK FMAs a lane). Each element
+// sums over the horizons in order; the keys past K are computed from zeros, not stored.
+#define KT (KC / GK)
+#define LK (KT >= 8 ? 8 : KT >= 4 ? 4 : KT >= 2 ? 2 : 1)
+#define LC (32 / LK)
+#define WT_D ((HIDDEN_DIM / 4 + LC - 1) / LC)
+#define WT_K ((KT + LK - 1) / LK)
+__device__ __forceinline__ void chunk_grad_ln(const float* as, const float* ds, const float* gcs,
+                                              const float* qs, float* __restrict__ glnb,
+                                              const int k0, const int K, const int warp,
+                                              const int lane)
+{
+    for (int t = warp; t < WT_K * WT_D; t += NWARPS) {
+        const int kt = t / WT_D * LK + lane / LC, cg = t % WT_D * LC + lane % LC;
+        if (kt >= KT || cg >= HIDDEN_DIM / 4) continue;
+        const int k = kt * GK, d = cg * 4;
+        float4 o[GK];
+#pragma unroll
+        for (int j = 0; j < GK; ++j) o[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int h = 0; h < N_HORIZONS; ++h) {
+            float a[GK], s[GK];
+            load_span(as + h * KC + k, a);
+            load_span(ds + h * KC + k, s);
+            const float4 g = *reinterpret_cast<const float4*>(gcs + h * WROW + d);
+            const float4 q = *reinterpret_cast<const float4*>(qs + h * WROW + d);
+#pragma unroll
+            for (int j = 0; j < GK; ++j) {
+                o[j].x = fmaf(a[j], g.x, fmaf(s[j], q.x, o[j].x));
+                o[j].y = fmaf(a[j], g.y, fmaf(s[j], q.y, o[j].y));
+                o[j].z = fmaf(a[j], g.z, fmaf(s[j], q.z, o[j].z));
+                o[j].w = fmaf(a[j], g.w, fmaf(s[j], q.w, o[j].w));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < GK; ++j)
+            if (k0 + k + j < K)
+                *reinterpret_cast<float4*>(glnb + (size_t)(k0 + k + j) * HIDDEN_DIM + d) = o[j];
     }
 }
 
@@ -222,8 +288,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
     const int nchunks = (K + KC - 1) / KC;
     const int passes = ctx ? 1 : 2;  // without ctx, a first pass over the chunks forms c
 
-
-
     load_chunk(lbuf, lnb, 0, K);
     for (int e = tid; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) {
         qs[e / HIDDEN_DIM * WROW + e % HIDDEN_DIM] = q_h[e] * scale;
@@ -247,9 +311,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
         if (lane == 0) cst[h] = v;
     }
 
-    // grad_ln: columns dl..dl+3 of keys kl, kl+KSTEP, ...; GQ: the 4x4 tile at (h0, d0).
-    constexpr int KSTEP = BLOCK / (HIDDEN_DIM / 4);
-    const int dl = tid % (HIDDEN_DIM / 4) * 4, kl = tid / (HIDDEN_DIM / 4);
+    // GQ: the 4x4 tile at (h0, d0).
     const bool tile = tid < N_HORIZONS * HIDDEN_DIM / 16;
     const int h0 = tid / (HIDDEN_DIM / 4) * 4, d0 = tid % (HIDDEN_DIM / 4) * 4;
     float gq[4][4] = {};
@@ -283,21 +345,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_
             sp[e] = as[e] * (dw + ga - cst[h]);  // 0 past K: as is 0 there
         }
         __syncthreads();
-        if (kl < KSTEP) {
-            for (int k = kl; k < KC && k0 + k < K; k += KSTEP) {
-                float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-                for (int h = 0; h < N_HORIZONS; ++h) {
-                    const float a = as[h * KC + k], ds = sp[h * KC + k];
-                    const float4 g = *reinterpret_cast<const float4*>(gcs + h * WROW + dl);
-                    const float4 q = *reinterpret_cast<const float4*>(qs + h * WROW + dl);
-                    o.x = fmaf(a, g.x, fmaf(ds, q.x, o.x));
-                    o.y = fmaf(a, g.y, fmaf(ds, q.y, o.y));
-                    o.z = fmaf(a, g.z, fmaf(ds, q.z, o.z));
-                    o.w = fmaf(a, g.w, fmaf(ds, q.w, o.w));
-                }
-                *reinterpret_cast<float4*>(glnb + (size_t)(k0 + k) * HIDDEN_DIM + dl) = o;
-            }
-        }
+        chunk_grad_ln(as, sp, gcs, qs, glnb, k0, K, warp, lane);
         if (tile) tile_accumulate(gq, sp, buf, h0, d0);
         __syncthreads();  // as, sp and this buffer are free for the next chunk
     }

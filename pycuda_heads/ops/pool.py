@@ -118,9 +118,12 @@ BACKWARD_SPACE = KernelSpace(
                   "LAYOUT == 2 or GROUP_KEYS == 1",
                   *_LAYOUT2_LIMITS, *_LAYOUT3,
                   # per lane: grad_ctx and the grad_q_h partial of every horizon, a query row,
-                  # and an ln row and a grad_ln row for each of the GROUP_KEYS keys
+                  # and an ln row and a grad_ln row for each of the GROUP_KEYS keys; 168 fit
+                  # the registers of MIN_BLOCKS 3, and with no minimum ptxas holds 226 (H=2,
+                  # D=1024 at GROUP 32: 254 registers, no spill; its backward ran 43.6 us
+                  # against LAYOUT 1's 66.3, reports/nvidia-h200/probes/pool_wide_backward.json)
                   f"LAYOUT != 2 or (2 * N_HORIZONS + 1 + 2 * GROUP_KEYS) * {_GCOLS} "
-                  "+ N_HORIZONS <= 168"),
+                  "+ N_HORIZONS <= (226 if MIN_BLOCKS == 0 else 168)"),
     launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
