@@ -116,14 +116,16 @@ def test_the_variants_hold_every_shipped_entry_and_every_layout():
                 and v["origin"] == "sample"} == {0, 1, 2, 3}
 
 
-def test_the_shipped_pool_proof_is_complete_equal_and_current():
+def test_the_shipped_pool_proof_is_complete_and_current():
+    """Every shipped pool entry is proven to compile as it was tuned, or tuned since."""
     proof = json.loads(PROOF.read_text())
-    assert proof["family"] == "pool" and proof["all_equal"]
-    assert all(r["ptx_equal"] and r["cubin_equal"] and r["host_equal"] for r in proof["variants"])
+    assert proof["family"] == "pool"
+    assert all(r["equal"] == (r["ptx_equal"] and r["cubin_equal"] and r["host_equal"])
+               for r in proof["variants"])
     assert proof["head"]["source_hash"] == op_source_hash(catalog()["pool.forward"].op)
     key = lambda e: json.dumps([e["kernel"], e["template"], e["params"]],  # noqa: E731
                                sort_keys=True)
-    proven = {key(r) for r in proof["variants"]}
+    proven = {key(r) for r in proof["variants"] if r["equal"]}
     # an entry tuned since, at the installed sources, needs no proof: its cache is current
     current = {key(e) for e in build_table(ROOT / "reports", "nvidia-h200",
                                            suite=lambda kernel: None)["entries"]}
@@ -158,6 +160,19 @@ def test_restamp_moves_the_proven_entries_only(tmp_path):
     for e in (*before["entries"], *after["entries"]):
         e.pop("source_hash")
     assert after == before
+
+
+def test_restamp_partial_leaves_the_differing_entries_for_a_re_tune(tmp_path):
+    path, proof = _table(tmp_path)
+    proof["all_equal"] = False
+    proof["variants"][1]["equal"] = False
+    assert restamp("pool", proof, [path], installed="new", partial=True) == {"toy-gpu": 1}
+    assert [e["source_hash"] for e in json.loads(path.read_text())["entries"]] == \
+        ["new", "old", "old"]
+    for variant in proof["variants"]:
+        variant["equal"] = False
+    with pytest.raises(ProofError):  # nothing proven: nothing to carry
+        restamp("pool", proof, [path], installed="new", partial=True)
 
 
 @pytest.mark.parametrize("why", ["unequal", "not all_equal", "other family", "other sources",

@@ -15,6 +15,9 @@ a JSON file.
 ``restamp FAMILY --proof FILE`` then rewrites the ``source_hash`` of the family's shipped tuned
 entries from the proof's base hash to the installed one, and nothing else; it refuses unless the
 proof is complete (every such entry compared), all equal, and made of the installed sources.
+With ``--partial`` a proof that is not all equal carries the entries whose own variants compile
+identically and leaves the others at the base hash (the runtime ignores them until they are
+tuned again): an edit to one layout re-tunes that layout's entries only.
 """
 from __future__ import annotations
 
@@ -248,10 +251,12 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
 
 
 def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None = None,
-            installed: str | None = None) -> dict[str, int]:
+            installed: str | None = None, partial: bool = False) -> dict[str, int]:
     """Rewrite the ``source_hash`` of ``family``'s tuned entries proven unchanged; per table
     the number rewritten. Raises ``ProofError`` (and writes nothing) unless the proof is of
-    this family, all equal, made of the installed sources, and covers every entry it moves."""
+    this family, all equal (with ``partial``: any variant equal), made of the installed
+    sources, and covers every entry of the base hash; with ``partial`` the entries whose
+    variants differ keep the base hash."""
     spec = next((s for s in catalog() if s.family == family), None)
     if spec is None:
         raise ProofError(f"unknown kernel family {family!r}")
@@ -260,7 +265,8 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
         raise ProofError(f"the proof is of family {proof.get('family')!r}, not {family!r}")
     rows = proof.get("variants") or []
     unequal = [r for r in rows if not r.get("equal")]
-    if not rows or unequal or not proof.get("all_equal"):
+    if not rows or (not partial and (unequal or not proof.get("all_equal"))) \
+            or len(unequal) == len(rows):
         raise ProofError(f"the proof is not all equal: {len(unequal)} of {len(rows)} variants "
                          "compile differently" + "".join(
                              f"\n  {r['kernel']} {r['template']} {r['params']}" for r in unequal))
@@ -268,8 +274,9 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
     if new != installed:
         raise ProofError(f"the proof is of sources {new}, the installed ones are {installed}: "
                          "prove them again")
-    proven = {json.dumps([r["kernel"], r["template"], r["params"]], sort_keys=True)
-              for r in rows}
+    key = lambda r: json.dumps([r["kernel"], r["template"], r["params"]],  # noqa: E731
+                               sort_keys=True)
+    proven, equal = {key(r) for r in rows}, {key(r) for r in rows if r.get("equal")}
     paths = sorted(tables if tables is not None else table_dir().glob("*.json"))
     changed: dict[Path, dict[str, Any]] = {}
     counts: dict[str, int] = {}
@@ -277,12 +284,12 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
         table = json.loads(path.read_text())
         mine = [e for e in table.get("entries", ())
                 if e["kernel"].partition(".")[0] == family and e.get("source_hash") == old]
-        missing = [e for e in mine if json.dumps([e["kernel"], e["template"], e["params"]],
-                                                 sort_keys=True) not in proven]
+        missing = [e for e in mine if key(e) not in proven]
         if missing:
             raise ProofError(f"{path.name}: {len(missing)} {family} entries are not in the "
                              "proof" + "".join(f"\n  {e['kernel']} {e['shape']} {e['params']}"
                                                for e in missing))
+        mine = [e for e in mine if key(e) in equal]
         for e in mine:
             e["source_hash"] = new
         if mine:
@@ -312,12 +319,16 @@ def _identity_cli(args: argparse.Namespace) -> int:
 
 def _restamp_cli(args: argparse.Namespace) -> int:
     try:
-        counts = restamp(args.family, json.loads(Path(args.proof).read_text()))
+        counts = restamp(args.family, json.loads(Path(args.proof).read_text()),
+                         partial=args.partial)
     except (ProofError, OSError, json.JSONDecodeError) as exc:
         print(f"pycuda-heads restamp: refused: {exc}", file=sys.stderr)
         return 1
     for table, n in counts.items():
         print(f"{table}: {n} {args.family} entries carried over to the installed source hash")
+    for r in json.loads(Path(args.proof).read_text())["variants"]:
+        if not r["equal"] and r.get("origin", "").startswith("tuned"):
+            print(f"left for a re-tune: {r['kernel']} {r['template']} {r['params']}")
     return 0
 
 
@@ -335,4 +346,7 @@ def register(sub: Any) -> None:
                                        "source hash, given an all-equal identity proof")
     p.add_argument("family", choices=families, help="kernel family, e.g. pool")
     p.add_argument("--proof", required=True, type=Path, help="proof JSON of `identity`")
+    p.add_argument("--partial", action="store_true",
+                   help="carry the entries whose variants compile identically, leave the others "
+                        "for a re-tune")
     p.set_defaults(func=_restamp_cli)
