@@ -125,7 +125,7 @@ def test_layout_1_matches_reference(template, shape, params):
 
 
 @pytest.mark.parametrize("h,d,b,k,forward,backward", [
-    (8, 256, 2, 64, 2, 2), (32, 128, 2, 17, 1, 1), (5, 128, 1, 60000, 2, 2), (2, 1024, 3, 20, 2, 1)])
+    (8, 256, 2, 64, 2, 2), (32, 128, 2, 17, 1, 1), (5, 128, 1, 60000, 2, 2), (2, 1024, 3, 20, 2, 2)])
 def test_shapes_layout_0_cannot_hold_run_on_layouts_2_and_1(h, d, b, k, forward, backward):
     pool = ph.PerHorizonAttentionPool(h, d)
     rng = np.random.default_rng(7)
