@@ -20,8 +20,6 @@
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
-#   widebwd   the backward at H=2, D=1024 on LAYOUT 2 with 255 registers
-#             (probes/pool_wide_backward.py)
 #   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
@@ -162,8 +160,6 @@ if has train; then
     pack train
 fi
 has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.json
-has widebwd && probe_step widebwd "${WIDEBWD_S:-150}" probes/pool_wide_backward.py \
-    pool_wide_backward.json
 has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
