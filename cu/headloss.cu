@@ -7,15 +7,7 @@
 // one block it is the loss). Template constants: N_HORIZONS, N_ATOMS, BLOCK, ROWS. No atomics.
 #include "heads_common.cuh"
 
-// Programmatic dependent launch (sm_90 on): the next kernel may begin launching, and nothing
-// here touches memory before the previous kernel's writes are visible. A no-op on a plain launch.
-__device__ __forceinline__ void pdl_enter()
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+#include "pdl.cuh"
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 headloss_grad(const float* __restrict__ out, const float* __restrict__ y,

@@ -2,17 +2,8 @@
 // row loads, the warp-per-key loop and asynchronous copies.
 #define LOG2E 1.4426950408889634f
 
-// Programmatic dependent launch (sm_90 on; the host launches this family with it where it can):
-// nothing touches memory before the stream's previous kernel has finished and its writes are
-// visible, so its tail and this launch overlap. There is no early trigger for the next kernel:
-// its blocks would take SM slots while this grid still runs (a B=4096,K=64 forward measured
-// 57 against 47 us with one). On a plain launch the wait does nothing.
-__device__ __forceinline__ void pdl_wait()
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// pdl_wait: the layouts and the joins start with it
+#include "pdl.cuh"
 
 #ifndef POOL_SPLIT  // the layouts' pieces; split-K's joins take only the wait
 // Split-K (pool_split.cuh): with SPLIT_COUNT > 1 a layout's row b is split b % SPLIT_COUNT of

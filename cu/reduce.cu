@@ -5,11 +5,13 @@
 // and the host launches again over those partial rows until one row is left.
 // Template constants: TX, TY.
 #include "heads_common.cuh"
+#include "pdl.cuh"
 
 extern "C" __global__ void __launch_bounds__(TX * TY)
 reduce_axis0(const float* __restrict__ x, float* __restrict__ y, const int N, const int M,
              const int rows_per_split)
 {
+    pdl_wait();
     __shared__ float part[TY][TX + 1];
     const int m = blockIdx.x * TX + threadIdx.x;
     const int r0 = blockIdx.y * rows_per_split;

@@ -6,17 +6,7 @@
 // VEC, and UNROLL for the backward: the knob present selects the kernel compiled. No atomics.
 #include "heads_common.cuh"
 
-// Programmatic dependent launch (sm_90 on; the host launches this family with it where it can):
-// the stream's next kernel may begin launching now, and nothing after this touches memory
-// before the previous kernel has finished and its writes are visible. On a plain launch both
-// instructions do nothing. What it saves is the launch latency between small kernels.
-__device__ __forceinline__ void pdl_enter()
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+#include "pdl.cuh"
 
 #ifndef UNROLL
 // Forward: residual_forward's loop (so residual is bitwise that kernel's at equal VEC) with the

@@ -221,3 +221,11 @@ def test_header_sizes_read_as_c_computes_them(tmp_path):
     assert sizes.value("BOTH", {"A": 0, "B": 1, "BLOCK": 128}) == 0
     with pytest.raises(KeyError):
         sizes.expr("NOPE")
+
+
+def test_a_family_without_dynamic_shared_memory_renders_for_the_proof():
+    """resgate's space declares no shared bytes: its host side compares as 0 at every K."""
+    from pycuda_heads.verify import identity
+    rendered = identity.render_at(None, variants("resgate", sample=1)[:1], ROOT)
+    host = rendered[0]["host"]
+    assert host and all(h["shared_bytes"] == 0 for h in host.values())

@@ -27,6 +27,7 @@ class ReduceAxis0(Op):
 
     FAMILY = "reduce"
     SPACES = by_role(SPACE)
+    PDL = True  # it follows the backward that wrote its rows
 
     def __init__(self, launch: Mapping[str, Mapping[str, Any]] | None = None):
         super().__init__({}, launch)
@@ -89,14 +90,16 @@ def exact_integer_sum(make_op: Callable[[Mapping[str, int]], Any],
     return {"exact_integer_sum": {"passed": ok}}
 
 
-# reduce.axis0 as the backward passes call it: [B, H*D] scratch rows at the suite's batch sizes.
+# reduce.axis0 as the backward passes call it: [B, H*D] scratch rows at the suite's batch sizes,
+# and the pool's wide heads' rows (H=2, D=1024: 128 blocks; H=32, D=128: 512).
 _HD = 5 * 128
 SPECS = (
     KernelSpec(op=ReduceAxis0, method="axis0", space=SPACE, template_keys=(),
                tensors={"x": Tensor(("N", "M")), "y": Tensor(("M",))}, reads=("x",),
                writes=("y",), reference=ref.reduce_axis0, peer=torch_axis0,
                oracles=exact_integer_sum,
-               suite=({"N": 256, "M": _HD}, {"N": 4096, "M": _HD}, {"N": 65536, "M": _HD}),
+               suite=({"N": 256, "M": _HD}, {"N": 4096, "M": _HD}, {"N": 65536, "M": _HD},
+                      {"N": 128, "M": 2048}, {"N": 512, "M": 4096}),
                grid=(({}, {"N": 1, "M": 1}), ({}, {"N": 1, "M": 640}), ({}, {"N": 7, "M": 3}),
                      ({}, {"N": 5000, "M": 33}), ({}, {"N": 300000, "M": 5}))),
 )
