@@ -29,6 +29,12 @@ def test_sources_are_found_and_render_self_contained():
     assert "__device__ __forceinline__ float warp_sum" in src
 
 
+def test_an_include_with_a_comment_after_it_is_inlined(tmp_path):
+    (tmp_path / "toy.cu").write_text('#include "heads_common.cuh"  // warp_sum\n')
+    src = family_source("toy", tmp_path)
+    assert "#include" not in src and "__device__ __forceinline__ float warp_sum" in src
+
+
 def test_render_rejects_unknown_family():
     with pytest.raises(ValueError, match="unknown kernel family"):
         render("nope", {})

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 COMMON_HEADER = "heads_common.cuh"
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*(?://[^\n]*)?$', re.M)
 # Prepared-call type letters of the C parameter types the kernels use.
 _ARG_TYPES = {"float*": "P", "int*": "P", "long long*": "P", "float": "f", "int": "i",
               "long long": "q", "unsigned int": "I", "double": "d"}

@@ -320,14 +320,14 @@ def _identity_cli(args: argparse.Namespace) -> int:
 
 def _restamp_cli(args: argparse.Namespace) -> int:
     try:
-        counts = restamp(args.family, json.loads(Path(args.proof).read_text()),
-                         partial=args.partial)
+        proof = json.loads(Path(args.proof).read_text())
+        counts = restamp(args.family, proof, partial=args.partial)
     except (ProofError, OSError, json.JSONDecodeError) as exc:
         print(f"pycuda-heads restamp: refused: {exc}", file=sys.stderr)
         return 1
     for table, n in counts.items():
         print(f"{table}: {n} {args.family} entries carried over to the installed source hash")
-    for r in json.loads(Path(args.proof).read_text())["variants"]:
+    for r in proof["variants"]:
         if not r["equal"] and r.get("origin", "").startswith("tuned"):
             print(f"left for a re-tune: {r['kernel']} {r['template']} {r['params']}")
     return 0
