@@ -61,7 +61,7 @@ for v in json.load(sys.stdin):
     host = {}
     for label, shape in v["shapes"].items():
         names = {**env, **shape}
-        shared = spec.space.shared_bytes  # None: the family's kernels take no dynamic share
+        shared = spec.space.shared_bytes  # None: no dynamic shared memory in this family
         host[label] = {"shared_bytes": shared(params, names) if shared else 0,
                        "runs": spec.space.violated(params, env, shape) is None}
     out.append({"source": render(spec.family, {**spec.template(env), **params},
