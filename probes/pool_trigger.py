@@ -19,6 +19,7 @@ whether every output is bitwise the plain one.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -26,13 +27,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pycuda.gpuarray as ga
 
 import pycuda_heads as ph
 from pycuda_heads.core import device
 from pycuda_heads.core.source import cu_dir
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
+from pool_chain import chain, shipped  # probes/: the script's folder
 
 # (N_HORIZONS, HIDDEN_DIM, B, K): the shape short of the bar, the two layout-2 shapes that meet it
 SHAPES = ((5, 128, 1024, 128), (5, 128, 4096, 64), (2, 1024, 256, 64))
@@ -78,13 +79,8 @@ def main(out: str) -> None:
               "gpu": device.gpu_name(), "shapes": []}
     rng = np.random.default_rng(0)
     for h, d, b, k in SHAPES:
-        q = ga.to_gpu(rng.standard_normal((h, d), dtype=np.float32))
-        ln = ga.to_gpu(rng.standard_normal((b, k, d), dtype=np.float32))
-        gc = ga.to_gpu(rng.standard_normal((b, h, d), dtype=np.float32))
-        shipped = ph.PerHorizonAttentionPool(h, d)
-        ctx, attn = shipped.forward(q, ln)
-        shipped.backward(q, ln, attn, gc, ctx)
-        launch = {role: shipped.chosen[role]["params"] for role in ("forward", "backward")}
+        base, (q, ln, gc) = shipped(rng, h, d, b, k)
+        launch = {role: base.chosen[role]["params"] for role in ("forward", "backward")}
         entry = {"N_HORIZONS": h, "HIDDEN_DIM": d, "B": b, "K": k, "launch": launch,
                  "fwd+bwd_us": {}, "bitwise_plain": {}}
         plain_bits = None
@@ -92,16 +88,11 @@ def main(out: str) -> None:
             cls = ph.PerHorizonAttentionPool if folder is None else type(
                 f"Pool_{name}", (ph.PerHorizonAttentionPool,), {"SOURCE_DIR": folder})
             pool = cls(h, d, launch=launch)
-
-            def chain(pool=pool):
-                c, a = pool.forward(q, ln)
-                g_q, g_ln = pool.backward(q, ln, a, gc, c)
-                return c, a, g_q, g_ln
-
-            bits = [o.get().tobytes() for o in chain()]
+            run = functools.partial(chain, pool, q, ln, gc)
+            bits = [o.get().tobytes() for o in run()]
             plain_bits = plain_bits or bits
             entry["bitwise_plain"][name] = bits == plain_bits
-            entry["fwd+bwd_us"][name] = round(gpu_time_us(chain)["median_us"], 2)
+            entry["fwd+bwd_us"][name] = round(gpu_time_us(run)["median_us"], 2)
         record["shapes"].append(entry)
         print(json.dumps(entry), flush=True)
         Path(out).write_text(json.dumps(record, indent=1))

@@ -58,10 +58,9 @@ for v in json.load(sys.stdin):
     env = {**v["template"]}
     known = {k: x for k, x in v["params"].items() if k in spec.space.params}
     params = spec.space.complete(known, env)  # knobs this tree has and the entry lacks
-    host = {}
+    host, shared = {}, spec.space.shared_bytes  # None: no dynamic shared memory in the family
     for label, shape in v["shapes"].items():
         names = {**env, **shape}
-        shared = spec.space.shared_bytes  # None: no dynamic shared memory in this family
         host[label] = {"shared_bytes": shared(params, names) if shared else 0,
                        "runs": spec.space.violated(params, env, shape) is None}
     out.append({"source": render(spec.family, {**spec.template(env), **params},
