@@ -7,17 +7,23 @@
 //            frdhead_wg_grad_w1   scratch row j = [dpre^T h_t | sum_b dpre]
 // Why not one kernel a stage: the row product's W^T halves and the weight gradient's transposed
 // tiles, each double-buffered, do not fit one block's shared memory.
+// The ReLU mask (hidden > 0) is read from global memory into registers, not staged beside dpre:
+// a hidden tile would leave room for one warpgroup a row-product block and a third raw tile a
+// weight-gradient step.
 //
 // Row products, y [B, 128] = A W with W [KA, 128] row-major: a block of WG warpgroups stages
 // W^T once, split into big and small halves in the K-major core-matrix layout (k padded to a
 // whole k-step), then each warpgroup walks 64-row tiles of A grid-strided, the next tile's copies
 // in flight during this tile's stores; A's fragments are read (and masked), split and multiplied
-// CS k-steps at a time.
+// CS k-steps at a time. Under the mask each warp loads its 16 hidden rows of the next tile
+// (a float4 a lane) before the stores, and keeps two words of their signs after them.
 // Weight gradients, g [MA, 128] = A^T X summed over the batch (the product's K): a block of two
 // warpgroups (output rows 0-63 and 64-127; rows >= MA are not stored) walks a contiguous slice
 // of the batch BK rows a step, the next step's raw tiles in flight; each step transposes and
 // splits its X tile into the core-matrix layout, and A^T's fragments come from the raw A tile,
-// whose values also feed the bias sums (a quad's butterfly at the end).
+// whose values also feed the bias sums (a quad's butterfly at the end); under the mask each
+// thread loads hidden at its fragments' positions as the step starts (8 floats of a row: one
+// 32-byte sector a quarter-warp).
 // G's rows (HA floats) are not 16-byte aligned, so its tiles are copied as one contiguous span
 // (a tile starts at a multiple of 64 or BK rows: 16-byte aligned) and read at row stride HA.
 // Fixed orders everywhere (k ascending within a wgmma, the passes in order, the batch steps in
@@ -35,9 +41,9 @@
 #define WB_GRAD_THREADS 256
 // Each launch's dynamic shared memory in floats; the op reads these four.
 #define WB_DHIDDEN_FLOATS (2 * WB_N * WB_KG + WG * WB_ROWS * HA)
-#define WB_GRAD_H_T_FLOATS (2 * WB_N * FRD_HIDDEN + WG * 2 * WB_ROWS * WB_LDR)
+#define WB_GRAD_H_T_FLOATS (2 * WB_N * FRD_HIDDEN + WG * WB_ROWS * WB_LDR)
 #define WB_GRAD_W2_FLOATS (2 * WB_N * BK + 2 * BK * (HA + WB_LDT))
-#define WB_GRAD_W1_FLOATS (2 * WB_N * BK + 2 * 3 * BK * WB_LDT)
+#define WB_GRAD_W1_FLOATS (2 * WB_N * BK + 2 * 2 * BK * WB_LDT)
 static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma backward is built for 128 x 128");
 static_assert(HA <= 112 && HA > 104, "G's k-steps: 105..112 logits");
 static_assert(BK % 16 == 0, "batch steps of whole k-step pairs, 16-byte aligned G spans");
@@ -69,15 +75,38 @@ __device__ __forceinline__ void wb_copy_rows(float* buf, const float* __restrict
     }
 }
 
-// element (r, k) of a row tile of A: G's span, or dhidden's rows with hidden's tile beside them
-// (MASK: dpre, zero where hidden <= 0); zero for k >= KA (the padded k-steps)
-template <int KA, bool MASK>
+// element (r, k) of a row tile of A: G's span or dhidden's rows; zero for k >= KA (the padded
+// k-steps)
+template <int KA>
 __device__ __forceinline__ float wb_at(const float* buf, int r, int k) {
-    if constexpr (KA % 4 != 0) {
-        return k < KA ? buf[r * KA + k] : 0.f;
-    } else {
-        const float v = buf[r * WB_LDR + k];
-        return MASK && !(buf[WB_ROWS * WB_LDR + r * WB_LDR + k] > 0.f) ? 0.f : v;
+    if constexpr (KA % 4 != 0) return k < KA ? buf[r * KA + k] : 0.f;
+    else return buf[r * WB_LDR + k];
+}
+
+// hidden rows [r0, r0 + 16) of a row tile, a warp's: row r0 + i's float4 `lane` in v[i] (zero
+// past M)
+__device__ __forceinline__ void wb_mask_load(float4 (&v)[16], const float* __restrict__ mask,
+                                             int r0, int M, int lane) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+        v[i] = r0 + i < M ? __ldg(reinterpret_cast<const float4*>(mask + (size_t)(r0 + i) * WB_N)
+                                  + lane)
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// the signs a lane's fragments need: bit q of bits[h] is hidden[g + 8h][4q + t] > 0 (rows of
+// wb_mask_load's 16), so k-step s's k = 8s + t is bit 2s and k + 4 bit 2s + 1
+__device__ __forceinline__ void wb_mask_bits(const float4 (&v)[16], unsigned (&bits)[2], int g,
+                                             int t) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const unsigned x = __ballot_sync(0xffffffffu, v[i].x > 0.f);
+        const unsigned y = __ballot_sync(0xffffffffu, v[i].y > 0.f);
+        const unsigned z = __ballot_sync(0xffffffffu, v[i].z > 0.f);
+        const unsigned w = __ballot_sync(0xffffffffu, v[i].w > 0.f);
+        const unsigned mine = t == 0 ? x : t == 1 ? y : t == 2 ? z : w;
+        if (i == g) bits[0] = mine;
+        if (i == g + 8) bits[1] = mine;
     }
 }
 
@@ -89,7 +118,8 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
                                                float* __restrict__ y, const int M) {
     constexpr int KP = (KA + 7) / 8 * 8;
     constexpr int LD = KA % 4 ? KA : WB_LDR;
-    constexpr int TILE = KA % 4 ? WB_ROWS * KA : (MASK ? 2 : 1) * WB_ROWS * WB_LDR;
+    constexpr int TILE = KA % 4 ? WB_ROWS * KA : WB_ROWS * WB_LDR;
+    static_assert(!MASK || KA == WB_N, "the mask's rows are a float4 a lane");
     float* wb = reinterpret_cast<float*>(dynamic_smem);  // W^T big [WB_N x KP], core layout
     float* ws = wb + WB_N * KP;                           // W^T small
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
@@ -98,12 +128,15 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
     const int tiles = (M + WB_ROWS - 1) / WB_ROWS, stride = gridDim.x * WG;
     auto load = [&](int tile) {
         wb_copy_rows<KA, LD>(buf, a, tile * WB_ROWS, WB_ROWS, M, tid, 128);
-        if (MASK) wb_copy_rows<KA, LD>(buf + WB_ROWS * WB_LDR, mask, tile * WB_ROWS, WB_ROWS, M,
-                                       tid, 128);
         commit_copies();
     };
     int tile = blockIdx.x * WG + wg;
-    if (tile < tiles) load(tile);
+    float4 hv[MASK ? 16 : 1];
+    unsigned bits[2] = {~0u, ~0u};
+    if (tile < tiles) {
+        load(tile);
+        if constexpr (MASK) wb_mask_load(hv, mask, tile * WB_ROWS + 16 * warp, M, lane);
+    }
     // W^T transposed and split: lane L takes n % 8 = L / 4 and k % 4 = L % 4 (stores hit 32
     // banks; a warp reads 4 rows of W, 8 consecutive floats each)
     for (int e = threadIdx.x; e < WB_N * KP; e += WB_RP_THREADS) {
@@ -116,6 +149,8 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
     __syncthreads();
+    if constexpr (MASK)
+        if (tile < tiles) wb_mask_bits(hv, bits, g, t);
     const int m = 16 * warp + g;  // the thread's first fragment row in the tile
     for (; tile < tiles; tile += stride) {
         wait_copies<0>();
@@ -128,11 +163,12 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
             unsigned big[CS][4], small[CS][4];
 #pragma unroll
             for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {  // the last chunk may be short
-                const int k = 8 * (s0 + s) + t;
-                split(wb_at<KA, MASK>(buf, m, k), big[s][0], small[s][0]);
-                split(wb_at<KA, MASK>(buf, m + 8, k), big[s][1], small[s][1]);
-                split(wb_at<KA, MASK>(buf, m, k + 4), big[s][2], small[s][2]);
-                split(wb_at<KA, MASK>(buf, m + 8, k + 4), big[s][3], small[s][3]);
+                const int k = 8 * (s0 + s) + t, q = 2 * (s0 + s);  // k's sign bit q, k + 4's q + 1
+                const auto on = [&](int h, int b) { return !MASK || (bits[h] >> (q + b) & 1u); };
+                split(on(0, 0) ? wb_at<KA>(buf, m, k) : 0.f, big[s][0], small[s][0]);
+                split(on(1, 0) ? wb_at<KA>(buf, m + 8, k) : 0.f, big[s][1], small[s][1]);
+                split(on(0, 1) ? wb_at<KA>(buf, m, k + 4) : 0.f, big[s][2], small[s][2]);
+                split(on(1, 1) ? wb_at<KA>(buf, m + 8, k + 4) : 0.f, big[s][3], small[s][3]);
             }
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -144,7 +180,12 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
         }
         wg_barrier(wg);  // every fragment read: the buffer takes the next tile during the stores
-        if (tile + stride < tiles) load(tile + stride);
+        const bool next = tile + stride < tiles;
+        if (next) {
+            load(tile + stride);
+            if constexpr (MASK)
+                wb_mask_load(hv, mask, (tile + stride) * WB_ROWS + 16 * warp, M, lane);
+        }
         const int r0 = tile * WB_ROWS + m;
 #pragma unroll
         for (int j = 0; j < WB_N / 8; ++j)
@@ -153,6 +194,8 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
                 if (r0 + 8 * h < M)
                     *reinterpret_cast<float2*>(y + (size_t)(r0 + 8 * h) * WB_N + 8 * j + 2 * t) =
                         make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        if constexpr (MASK)
+            if (next) wb_mask_bits(hv, bits, g, t);
     }
 }
 
@@ -166,17 +209,15 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
                                                const int rows_per_block) {
     constexpr int LDA = MA % 4 ? MA : WB_LDT;
     constexpr int ATILE = BK * LDA;
-    constexpr int STEP = (MASK ? 2 : 1) * ATILE + BK * WB_LDT;  // a step's raw tiles
+    constexpr int STEP = ATILE + BK * WB_LDT;  // a step's raw tiles
     float* xb = reinterpret_cast<float*>(dynamic_smem);  // X tile big [WB_N x BK], core layout
     float* xs = xb + WB_N * BK;                           // X tile small
-    float* raw = xs + WB_N * BK;                          // 2 steps of (A, [mask,] X) tiles
+    float* raw = xs + WB_N * BK;                          // 2 steps of (A, X) tiles
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int begin = blockIdx.x * rows_per_block, end = min(B, begin + rows_per_block);
     auto load = [&](float* at, int b0) {
         wb_copy_rows<MA, LDA>(at, a, b0, BK, end, threadIdx.x, WB_GRAD_THREADS);
-        if (MASK) wb_copy_rows<MA, LDA>(at + ATILE, mask, b0, BK, end, threadIdx.x,
-                                        WB_GRAD_THREADS);
         wb_copy_rows<WB_N, WB_LDT>(at + STEP - BK * WB_LDT, x, b0, BK, end, threadIdx.x,
                                    WB_GRAD_THREADS);
         commit_copies();
@@ -191,6 +232,16 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
         const float* rx = ra + STEP - BK * WB_LDT;
         wait_copies<0>();
         __syncthreads();  // this step's tiles are in; last step's products are done with xb, xs
+        float hid[MASK ? BK / 8 : 1][4];  // hidden at a_i's (row, column), waited for after X's split
+        if constexpr (MASK) {
+#pragma unroll
+            for (int s = 0; s < BK / 8; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = b0 + 8 * s + t + 4 * (i >> 1);
+                    hid[s][i] = r < end ? __ldg(mask + (size_t)r * MA + m + 8 * (i & 1)) : 0.f;
+                }
+        }
         if (b0 + BK < end) load(raw + (step ^ 1) * STEP, b0 + BK);
         // X transposed and split: lane L takes n = 8j + L / 4, k = 4i + L % 4
         for (int e = threadIdx.x; e < WB_N * BK; e += WB_GRAD_THREADS) {
@@ -210,7 +261,7 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
             for (int i = 0; i < 4; ++i) {  // a_i = A^T (m + 8 (i & 1), k = 8s + t + 4 (i >> 1))
                 const int r = 8 * s + t + 4 * (i >> 1), c = m + 8 * (i & 1);
                 float v = c < MA ? ra[r * LDA + c] : 0.f;
-                if (MASK && !(ra[ATILE + r * LDA + c] > 0.f)) v = 0.f;
+                if constexpr (MASK) v = hid[s][i] > 0.f ? v : 0.f;
                 bias[i & 1] += v;
                 split(v, big[s][i], small[s][i]);
             }
