@@ -76,11 +76,12 @@ __device__ __forceinline__ void wb_copy_rows(float* buf, const float* __restrict
 }
 
 // element (r, k) of a row tile of A: G's span or dhidden's rows; zero for k >= KA (the padded
-// k-steps)
+// k-steps), and where `keep` is false (the ReLU mask). Branch-free, a load then a select: a
+// divergent path around the fragments makes ptxas serialize the wgmma (C7520).
 template <int KA>
-__device__ __forceinline__ float wb_at(const float* buf, int r, int k) {
-    if constexpr (KA % 4 != 0) return k < KA ? buf[r * KA + k] : 0.f;
-    else return buf[r * WB_LDR + k];
+__device__ __forceinline__ float wb_at(const float* buf, int r, int k, bool keep = true) {
+    const float v = KA % 4 ? buf[r * KA + min(k, KA - 1)] : buf[r * WB_LDR + k];
+    return (KA % 4 == 0 || k < KA) && keep ? v : 0.f;
 }
 
 // hidden rows [r0, r0 + 16) of a row tile, a warp's: row r0 + i's float4 `lane` in v[i] (zero
@@ -165,10 +166,10 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
             for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {  // the last chunk may be short
                 const int k = 8 * (s0 + s) + t, q = 2 * (s0 + s);  // k's sign bit q, k + 4's q + 1
                 const auto on = [&](int h, int b) { return !MASK || (bits[h] >> (q + b) & 1u); };
-                split(on(0, 0) ? wb_at<KA>(buf, m, k) : 0.f, big[s][0], small[s][0]);
-                split(on(1, 0) ? wb_at<KA>(buf, m + 8, k) : 0.f, big[s][1], small[s][1]);
-                split(on(0, 1) ? wb_at<KA>(buf, m, k + 4) : 0.f, big[s][2], small[s][2]);
-                split(on(1, 1) ? wb_at<KA>(buf, m + 8, k + 4) : 0.f, big[s][3], small[s][3]);
+                split(wb_at<KA>(buf, m, k, on(0, 0)), big[s][0], small[s][0]);
+                split(wb_at<KA>(buf, m + 8, k, on(1, 0)), big[s][1], small[s][1]);
+                split(wb_at<KA>(buf, m, k + 4, on(0, 1)), big[s][2], small[s][2]);
+                split(wb_at<KA>(buf, m + 8, k + 4, on(1, 1)), big[s][3], small[s][3]);
             }
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll

@@ -26,8 +26,8 @@
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
 #   engine    FrdHead's roles on WGMMA=1 against the shipped launches (probes/frdhead_wgmma/engine.py)
-#   profile   Nsight Compute over the pool's tuned launches at the shapes short of the bars
-#             (probes/pool_profile.py), one CSV
+#   profile   Nsight Compute over the launches of $PROFILE_PY (default probes/pool_profile.py:
+#             the pool's tuned launches at the shapes short of the bars), one CSV
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
 #             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
 #             (default 540)
@@ -173,7 +173,7 @@ if has profile; then
     mkdir -p "$out/profile"
     timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --csv \
-        python probes/pool_profile.py > "$out/profile/pool_profile.csv" 2> "$out/profile/ncu.log"
+        python "${PROFILE_PY:-probes/pool_profile.py}" > "$out/profile/profile.csv" 2> "$out/profile/ncu.log"
     echo "rc=$?" >> "$out/profile/ncu.log"
     pack profile
 fi
