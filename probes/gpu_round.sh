@@ -6,7 +6,8 @@
 #   abmin     the same A/B by probes/host_cost_min.py (fastest of many runs), $AB_ROUNDS times
 #   sweep     `sweep` of $SWEEP_KERNELS ($SWEEP_TRIALS trials a study, $SWEEP_S seconds), its
 #             best validated points exported into the package's table (what later steps run)
-#   tune      `tune` of each $TUNE_TASKS entry (KERNEL:SHAPE:TEMPLATE, space-separated; $TUNE_TRIALS
+#   tune      (after probes/preflight.py: no tune that would empty a kernel from the table)
+#             `tune` of each $TUNE_TASKS entry (KERNEL:SHAPE:TEMPLATE, space-separated; $TUNE_TRIALS
 #             trials, $TUNE_S seconds each; $TUNE_TRY: space-separated JSON points tried first
 #             where valid), the best validated points exported into the table
 #   tests     the GPU tests with their record ($TESTS_K: only those pytest -k selects), beside
@@ -79,8 +80,11 @@ if has sweep; then
         > "$out/sweep/sweep.log" 2>&1; echo "rc=$?" >> "$out/sweep/sweep.log"
     export_into sweep "$out/sweep/sweep.log"
 fi
-if has tune; then
-    mkdir -p "$out/tune"
+if has tune && { mkdir -p "$out/tune"; ! python probes/preflight.py "${TUNE_TASKS:?}" \
+                   > "$out/tune/preflight.log" 2>&1; }; then
+    echo "tune skipped: probes/preflight.py refused" >> "$out/tune/preflight.log"
+    pack tune
+elif has tune; then
     tries=(); for point in ${TUNE_TRY:-}; do tries+=(--try "$point"); done
     for task in ${TUNE_TASKS:?}; do
         IFS=: read -r kernel shape template <<< "$task"
