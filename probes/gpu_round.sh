@@ -22,7 +22,6 @@
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
 #   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py)
-#   trigger   the pool's layout 2 triggering the next launch late, in each pass (probes/pool_trigger.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
@@ -166,7 +165,6 @@ if has train; then
 fi
 has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.json
 has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json
-has trigger && probe_step trigger "${TRIGGER_S:-120}" probes/pool_trigger.py pool_trigger.json
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
     pool_splitk_rules.json ${SPLITK_ARGS:-}
@@ -177,7 +175,8 @@ if has profile; then
     mkdir -p "$out/profile"
     timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --csv \
-        python "${PROFILE_PY:-probes/pool_profile.py}" > "$out/profile/profile.csv" 2> "$out/profile/ncu.log"
+        python "${PROFILE_PY:-probes/pool_profile.py}" > "$out/profile/profile.csv" \
+        2> "$out/profile/ncu.log"
     echo "rc=$?" >> "$out/profile/ncu.log"
     pack profile
 fi

@@ -47,8 +47,12 @@ def main(out: str) -> None:
               "flush_us": round(flush_us, 2), "shapes": []}
     rng = np.random.default_rng(0)
     for b, k in SHAPES:
-        pool, (q, ln, gc) = shipped(rng, H, D, b, k)
+        q = ga.to_gpu(rng.standard_normal((H, D), dtype=np.float32))
+        ln = ga.to_gpu(rng.standard_normal((b, k, D), dtype=np.float32))
+        gc = ga.to_gpu(rng.standard_normal((b, H, D), dtype=np.float32))
+        pool = ph.PerHorizonAttentionPool(H, D)
         ctx, attn = pool.forward(q, ln)
+        pool.backward(q, ln, attn, gc, ctx)
         launch = pool._plans[("backward", b, k)]  # the op's own backward launch at this shape
         blocks = launch.grid[0]
         grad_ln = ga.empty((b, k, D), np.float32)
@@ -65,7 +69,7 @@ def main(out: str) -> None:
                  "backward": lambda: pool.backward(q, ln, attn, gc, ctx),
                  "backward_kernel": kernel,
                  "reduce": lambda: reducer().sum_rows(scratch, blocks, H * D, None, (H, D)),
-                 "fwd+bwd": lambda: chain(pool, q, ln, gc)}
+                 "fwd+bwd": lambda: _chain(pool, q, ln, gc)}
         warm = {name: round(median(fn), 2) for name, fn in parts.items()}
         cold = {name: round(median(lambda fn=fn: (flush(), fn())) - flush_us, 2)
                 for name, fn in parts.items()}
@@ -79,20 +83,10 @@ def main(out: str) -> None:
         Path(out).write_text(json.dumps(record, indent=1))
 
 
-def shipped(rng, h: int, d: int, b: int, k: int):
-    """The pool with its shipped launches, planned at this shape by one fwd+bwd, and its
-    inputs q_h, ln and grad_ctx drawn from ``rng``."""
-    inputs = tuple(ga.to_gpu(rng.standard_normal(s, dtype=np.float32))
-                   for s in ((h, d), (b, k, d), (b, h, d)))
-    pool = ph.PerHorizonAttentionPool(h, d)
-    chain(pool, *inputs)
-    return pool, inputs
-
-
-def chain(pool, q, ln, gc) -> tuple:
-    """The forward, then the backward given its attn and ctx: every output."""
+def _chain(pool, q, ln, gc) -> None:
+    """The forward, then the backward given its attn and ctx."""
     ctx, attn = pool.forward(q, ln)
-    return (ctx, attn, *pool.backward(q, ln, attn, gc, ctx))
+    pool.backward(q, ln, attn, gc, ctx)
 
 
 if __name__ == "__main__":

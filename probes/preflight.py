@@ -1,54 +1,61 @@
-"""Before a GPU round (CPU, seconds): which shipped tuned entries and which families' validation
-records are not current for the sources in this checkout, and whether the round's tunes can
-export.
+"""Before a GPU round (CPU, seconds): what `export` would make of this checkout's tuning caches
+and shipped table, which families' validation records are stale, and whether the round's tunes
+can export.
 
     python probes/preflight.py ["KERNEL:SHAPE[:TEMPLATE] ..."]     (the round's $TUNE_TASKS)
 
-`export` drops every entry of a kernel that is not current at each of its tuned shapes, so a
-tune at one shape after a kernel edit, with the kernel's other entries not yet carried over by
-`identity` and `restamp`, empties that kernel from the table. Exit status 1 names such a tune.
+`export` ships a kernel only with a current entry at every suite shape, so a tune at one shape
+after a kernel edit, with the kernel's other entries not yet carried over by `identity` and
+`restamp`, empties that kernel from the table. Exit status 1 names such a tune.
 """
 from __future__ import annotations
 
 import json
+import logging
 import sys
+from pathlib import Path
 
 from pycuda_heads.catalog import catalog
-from pycuda_heads.core.op import op_source_hash
 from pycuda_heads.core.tuned import TABLE_DIR
 from pycuda_heads.records import read_json
+from pycuda_heads.tuning.export import build_table, suite_shapes
 from pycuda_heads.verify.validation import stale_families
 
-REPORTS = TABLE_DIR.parents[1] / "reports"
+REPORTS = Path("reports")
 
 
-def shape_key(shape: str) -> str:
-    """`B=65536` or `B=1024,K=128` as a sorted JSON object, the table's shape field's form."""
-    return json.dumps({k: int(v) for k, v in (kv.split("=") for kv in shape.split(","))},
-                      sort_keys=True)
+def shape_key(shape: dict | str) -> str:
+    """A shape (a dict, or `B=1024,K=128`) as sorted JSON."""
+    if isinstance(shape, str):
+        shape = {k: int(v) for k, v in (kv.split("=") for kv in shape.split(","))}
+    return json.dumps(shape, sort_keys=True)
 
 
 def main(tasks: list[str]) -> int:
-    cat = catalog()
-    tuned_at = {}  # kernel -> shapes the round tunes
+    logging.getLogger("pycuda_heads.tuning").setLevel(logging.ERROR)  # the summary says it
+    tuned_at: dict[str, set[str]] = {}
     for task in tasks:
         kernel, shape, *_ = task.split(":")
         tuned_at.setdefault(kernel, set()).add(shape_key(shape))
     bad = 0
     for path in sorted(TABLE_DIR.glob("*.json")):
-        stale = {}
-        for e in json.loads(path.read_text())["entries"]:
-            if e.get("source_hash") != op_source_hash(cat[e["kernel"]].op):
-                stale.setdefault(e["kernel"], []).append(json.dumps(e["shape"], sort_keys=True))
-        for kernel, shapes in sorted(stale.items()):
-            left = [s for s in shapes if s not in tuned_at.get(kernel, ())]
+        shipped = json.loads(path.read_text())["entries"]
+        built = build_table(REPORTS, path.stem, shipped=shipped)
+        incomplete = built["provenance"]["kernels_not_tuned_at_every_suite_shape"]
+        exported = {e["kernel"] for e in built["entries"]}
+        for kernel in sorted({e["kernel"] for e in shipped} | set(tuned_at)):
+            lacking = incomplete.get(kernel, [] if kernel in exported else suite_shapes(kernel))
+            if not lacking:
+                continue
+            left = sorted({shape_key(s) for s in lacking} - tuned_at.get(kernel, set()))
             doomed = kernel in tuned_at and left
             bad += bool(doomed)
-            print(f"{path.stem}: {kernel}: stale at {', '.join(shapes)}"
-                  + (f"; the round's tune would export none of its entries (still stale: "
-                     f"{', '.join(left)}): run identity and restamp first" if doomed else ""))
+            print(f"{path.stem}: {kernel}: export would drop it, no current entry at "
+                  f"{', '.join(shape_key(s) for s in lacking)}"
+                  + (f"; after the round's tunes still none at {', '.join(left)}: run identity "
+                     "and restamp first" if doomed else ""))
     for rec in sorted(REPORTS.glob("*/validation.json")):
-        for family, why in sorted(stale_families(read_json(rec), cat).items()):
+        for family, why in sorted(stale_families(read_json(rec), catalog()).items()):
             print(f"{rec.parent.name}: validation of {family}: {why}")
     print("preflight:", "a tune would empty a kernel" if bad else "ok")
     return 1 if bad else 0
