@@ -16,10 +16,8 @@
 // whole k-step), then each warpgroup walks 64-row tiles of A grid-strided; A's fragments are
 // read (and masked), split and multiplied CS k-steps at a time, and once a tile's last chunk is
 // in registers its buffer takes the next tile's copies (during that chunk's products and the
-// stores). With KSPLIT = 2 (dpre: rows 16-byte aligned) a tile arrives in two k-halves, each
-// its own slot: the next tile's first half is copied during this tile's second half. Under the
-// mask each warp loads its 16 hidden rows of the next tile (a float4 a lane) before the stores,
-// and keeps two words of their signs after them.
+// stores). Under the mask each warp loads its 16 hidden rows of the next tile (a float4 a lane)
+// before the stores, and keeps two words of their signs after them.
 // Weight gradients, g [MA, 128] = A^T X summed over the batch (the product's K): a block of two
 // warpgroups (output rows 0-63 and 64-127; rows >= MA are not stored) walks a contiguous slice
 // of the batch BK rows a step, the next STAGES - 1 steps' raw tiles in flight; each step
@@ -44,8 +42,7 @@
 #define WB_GRAD_THREADS 256
 // Each launch's dynamic shared memory in floats; the op reads these four.
 #define WB_DHIDDEN_FLOATS (2 * WB_N * WB_KG + WG * WB_ROWS * HA)
-#define WB_GRAD_H_T_FLOATS \
-    (2 * WB_N * FRD_HIDDEN + WG * KSPLIT * WB_ROWS * (FRD_HIDDEN / KSPLIT + 4))
+#define WB_GRAD_H_T_FLOATS (2 * WB_N * FRD_HIDDEN + WG * WB_ROWS * WB_LDR)
 #define WB_GRAD_W2_FLOATS (2 * WB_N * BK + STAGES * BK * (HA + WB_LDT))
 #define WB_GRAD_W1_FLOATS (2 * WB_N * BK + STAGES * 2 * BK * WB_LDT)
 static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma backward is built for 128 x 128");
@@ -59,11 +56,10 @@ __device__ __forceinline__ void copy_part(float* dst, const float* src, int byte
 }
 
 // rows [r0, r0 + rows) of x [M, COLS] into buf: COLS % 4 != 0 as one contiguous span at stride
-// COLS, else columns [c0, c0 + WIDTH) row by row at stride LD (rows past M zero); by `threads`
-// threads from `tid`
-template <int COLS, int LD, int WIDTH = COLS>
+// COLS, else row by row at stride LD (rows past M zero); by `threads` threads from `tid`
+template <int COLS, int LD>
 __device__ __forceinline__ void wb_copy_rows(float* buf, const float* __restrict__ x, int r0,
-                                             int rows, int M, int tid, int threads, int c0 = 0) {
+                                             int rows, int M, int tid, int threads) {
     if constexpr (COLS % 4 != 0) {
         const int n = max(0, min(rows, M - r0)) * COLS;
         const float* src = x + (size_t)r0 * COLS;
@@ -72,21 +68,20 @@ __device__ __forceinline__ void wb_copy_rows(float* buf, const float* __restrict
             copy_part(buf + 4 * c, v ? src + 4 * c : x, 4 * v);
         }
     } else {
-        for (int e = tid; e < rows * WIDTH / 4; e += threads) {
-            const int r = e / (WIDTH / 4), c = 4 * (e % (WIDTH / 4));
+        for (int e = tid; e < rows * COLS / 4; e += threads) {
+            const int r = e / (COLS / 4), c = 4 * (e % (COLS / 4));
             const bool in = r0 + r < M;
-            copy16(buf + r * LD + c, in ? x + (size_t)(r0 + r) * COLS + c0 + c : x, in);
+            copy16(buf + r * LD + c, in ? x + (size_t)(r0 + r) * COLS + c : x, in);
         }
     }
 }
 
-// element (r, k) of a row tile's part of A (G's span, or k-columns of dhidden's rows at stride
-// LD); zero for k >= KA (the padded k-steps), and where `keep` is false (the ReLU mask).
-// Branch-free, a load then a select: a divergent path around the fragments makes ptxas
-// serialize the wgmma (C7520).
-template <int KA, int LD>
-__device__ __forceinline__ float wb_at(const float* part, int r, int k, bool keep = true) {
-    const float v = KA % 4 ? part[r * KA + min(k, KA - 1)] : part[r * LD + k];
+// element (r, k) of a row tile of A: G's span or dhidden's rows; zero for k >= KA (the padded
+// k-steps), and where `keep` is false (the ReLU mask). Branch-free, a load then a select: a
+// divergent path around the fragments makes ptxas serialize the wgmma (C7520).
+template <int KA>
+__device__ __forceinline__ float wb_at(const float* buf, int r, int k, bool keep = true) {
+    const float v = KA % 4 ? buf[r * KA + min(k, KA - 1)] : buf[r * WB_LDR + k];
     return (KA % 4 == 0 || k < KA) && keep ? v : 0.f;
 }
 
@@ -124,31 +119,23 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
                                                const float* __restrict__ w,
                                                float* __restrict__ y, const int M) {
     constexpr int KP = (KA + 7) / 8 * 8;
-    constexpr int KH = KA % 4 ? 1 : KSPLIT;         // the parts a tile arrives in (k-ranges)
-    constexpr int KW = KA / KH, SP = KP / 8 / KH;   // a part's k-columns and k-steps
-    constexpr int LD = KA % 4 ? KA : KW + 4;        // reads g * LD + t hit 32 banks
-    constexpr int PART = WB_ROWS * LD, TILE = KH * PART;
+    constexpr int LD = KA % 4 ? KA : WB_LDR;
+    constexpr int TILE = KA % 4 ? WB_ROWS * KA : WB_ROWS * WB_LDR;
     static_assert(!MASK || KA == WB_N, "the mask's rows are a float4 a lane");
-    static_assert(KH == 1 || (KW % 8 == 0 && SP % CS == 0), "whole chunks a part");
     float* wb = reinterpret_cast<float*>(dynamic_smem);  // W^T big [WB_N x KP], core layout
     float* ws = wb + WB_N * KP;                           // W^T small
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     float* buf = ws + WB_N * KP + wg * TILE;
     const int tiles = (M + WB_ROWS - 1) / WB_ROWS, stride = gridDim.x * WG;
-    // part p of `tile` into its slot, one commit group a part (empty past the last tile), so
-    // that "this part is in" is always wait_group KH - 1
-    auto load = [&](int tile, int p) {
-        if (tile < tiles)
-            wb_copy_rows<KA, LD, KW>(buf + p * PART, a, tile * WB_ROWS, WB_ROWS, M, tid, 128,
-                                     p * KW);
+    auto load = [&](int tile) {  // one commit group a tile (empty past the last)
+        if (tile < tiles) wb_copy_rows<KA, LD>(buf, a, tile * WB_ROWS, WB_ROWS, M, tid, 128);
         commit_copies();
     };
     int tile = blockIdx.x * WG + wg;
     float4 hv[MASK ? 16 : 1];
     unsigned bits[2] = {~0u, ~0u};
-#pragma unroll
-    for (int p = 0; p < KH; ++p) load(tile, p);
+    load(tile);
     if constexpr (MASK)
         if (tile < tiles) wb_mask_load(hv, mask, tile * WB_ROWS + 16 * warp, M, lane);
     // W^T transposed and split: lane L takes n % 8 = L / 4 and k % 4 = L % 4 (stores hit 32
@@ -170,39 +157,32 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
         float d[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) d[i] = 0.f;
+        wait_copies<0>();
+        wg_barrier(wg);
 #pragma unroll
-        for (int p = 0; p < KH; ++p) {
-            const float* part = buf + p * PART;
-            wait_copies<KH - 1>();
-            wg_barrier(wg);
+        for (int s0 = 0; s0 < KP / 8; s0 += CS) {
+            unsigned big[CS][4], small[CS][4];
 #pragma unroll
-            for (int s0 = p * SP; s0 < (p + 1) * SP; s0 += CS) {
-                unsigned big[CS][4], small[CS][4];
-#pragma unroll
-                for (int s = 0; s < CS && s0 + s < (p + 1) * SP; ++s) {  // a short last chunk
-                    // k within the part; sign bits count over the row (q: k, q + 1: k + 4)
-                    const int k = 8 * (s0 + s - p * SP) + t, q = 2 * (s0 + s);
-                    const auto on = [&](int h, int b) {
-                        return !MASK || (bits[h] >> (q + b) & 1u);
-                    };
-                    split(wb_at<KA, LD>(part, m, k, on(0, 0)), big[s][0], small[s][0]);
-                    split(wb_at<KA, LD>(part, m + 8, k, on(1, 0)), big[s][1], small[s][1]);
-                    split(wb_at<KA, LD>(part, m, k + 4, on(0, 1)), big[s][2], small[s][2]);
-                    split(wb_at<KA, LD>(part, m + 8, k + 4, on(1, 1)), big[s][3], small[s][3]);
-                }
-                if (s0 + CS >= (p + 1) * SP) {  // the part's fragments are in registers: its
-                    wg_barrier(wg);              // slot takes the next tile's during the products
-                    load(tile + stride, p);
-                }
-                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-                for (int s = 0; s < CS && s0 + s < (p + 1) * SP; ++s) {
-                    const int kb = 2 * (s0 + s) * (WB_N / 8) * 32;
-                    wgmma_3xtf32(d, big[s], small[s], wb + kb, ws + kb, WB_N);
-                }
-                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's regs free
+            for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {  // the last chunk may be short
+                const int k = 8 * (s0 + s) + t, q = 2 * (s0 + s);  // k's sign bit q, k + 4's q + 1
+                const auto on = [&](int h, int b) { return !MASK || (bits[h] >> (q + b) & 1u); };
+                split(wb_at<KA>(buf, m, k, on(0, 0)), big[s][0], small[s][0]);
+                split(wb_at<KA>(buf, m + 8, k, on(1, 0)), big[s][1], small[s][1]);
+                split(wb_at<KA>(buf, m, k + 4, on(0, 1)), big[s][2], small[s][2]);
+                split(wb_at<KA>(buf, m + 8, k + 4, on(1, 1)), big[s][3], small[s][3]);
             }
+            if (s0 + CS >= KP / 8) {  // the tile's fragments are in registers: its buffer takes
+                wg_barrier(wg);       // the next tile's copies during the products and stores
+                load(tile + stride);
+            }
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {
+                const int kb = 2 * (s0 + s) * (WB_N / 8) * 32;
+                wgmma_3xtf32(d, big[s], small[s], wb + kb, ws + kb, WB_N);
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
         }
         const bool next = tile + stride < tiles;
         if constexpr (MASK)

@@ -151,18 +151,17 @@ FORWARD_LOSS_SPACE = KernelSpace(
     shared_bytes=forward_loss_shared_bytes)
 
 # The backward stages' engine: WGMMA 1 runs each stage as a row product (WG warpgroups a block,
-# CS k-steps a chunk, a tile copied in KSPLIT k-ranges) and a weight gradient (BK batch rows a
-# step, OCC blocks an SM, a ring of STAGES steps' raw tiles) on Hopper's warpgroup MMA, for the
-# model's head shape; knobs pinned under the other engine as above.
+# CS k-steps a chunk) and a weight gradient (BK batch rows a step, OCC blocks an SM, a ring of
+# STAGES steps' raw tiles) on Hopper's warpgroup MMA, for the model's head shape; knobs pinned
+# under the other engine as above.
 _GRAD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (2, 4, 8), "BK": (16, 32, 64),
-               "OCC": (1, 2), "STAGES": (2, 3, 4), "KSPLIT": (1, 2)}
+               "OCC": (1, 2), "STAGES": (2, 3, 4)}
 _GRAD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 4, "BK": 32, "OCC": 2,
-                 "STAGES": 2, "KSPLIT": 1}
+                 "STAGES": 2}
 # BK * OCC: a weight-gradient thread holds 64 accumulators and BK fragment registers, within
 # the 128 registers of two 256-thread blocks an SM at BK <= 32.
 _GRAD_RULES = (_CHUNK_RULE,
-               "WGMMA == 1 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2 and STAGES == 2 "
-               "and KSPLIT == 1)",
+               "WGMMA == 1 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2 and STAGES == 2)",
                "BK * OCC <= 64",
                "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
                _WG_SHAPE_RULE)
@@ -175,13 +174,10 @@ def _grad_launch(role: str) -> tuple[str, ...]:
             f"WGMMA == 0 or OCC * (4 * {floats} + 1024) <= MAX_SHARED_BYTES + 1024")
 
 
-# grad_w2's row product copies G's tile as one span (rows of H*A floats are not 16-byte
-# aligned), so it arrives whole.
 GRAD_W2_SPACE = KernelSpace(
     kernel="frdhead.grad_w2", params=_GRAD_KNOBS, default=_GRAD_DEFAULT,
     restrictions=(*_GRAD_RULES,
-                  "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16",
-                  "KSPLIT == 1"),
+                  "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"),
     launch_restrictions=_grad_launch("grad_w2"), shared_bytes=grad_w2_shared_bytes)
 
 # grad_w1's weight gradient also holds BK / 2 mask values a thread (hidden at its fragments'
@@ -487,8 +483,9 @@ def _train_step(head: FrdHead, x: Mapping[str, np.ndarray],
 def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
     """The original FRD test's probes through the whole head: B=3, loss = sum(ce)/B, central
     differences (of the float64 softmax-CE of the forward's logits) at 8 w1, 8 b1, 8 w2
-    entries, every b2 entry of one horizon and 8 h_t entries against the two backward stages. eps 1e-3 (not the shared 1e-2) keeps the probes of this
-    draw off the ReLU kinks; the smallest |pre| is reported as ``min_abs_pre``."""
+    entries, every b2 entry of one horizon and 8 h_t entries against the two backward stages.
+    eps 1e-3 (not the shared 1e-2) keeps the probes of this draw off the ReLU kinks; the
+    smallest |pre| is reported as ``min_abs_pre``."""
     h, a = template["N_HORIZONS"], template["N_ATOMS"]
     rng = np.random.default_rng(2029)
     x = _parameters(rng, template, 3)
