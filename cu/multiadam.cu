@@ -7,17 +7,9 @@
 // Template constants: BLOCK, ITEMS.
 #include "heads_common.cuh"
 
-#define TABLE_COLS 9
+#include "pdl.cuh"
 
-// Programmatic dependent launch (sm_90 on): the next kernel may begin launching, and nothing
-// here touches memory before the previous kernel's writes are visible. A no-op on a plain launch.
-__device__ __forceinline__ void pdl_enter()
-{
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+#define TABLE_COLS 9
 
 // beta^t by squaring in double, products rounded one by one (never fused into the 1 - x that
 // follows): the host's float(1 - beta ** t) to the bit for the betas in use (a CPU test
