@@ -6,7 +6,9 @@ can export.
 
 `export` ships a kernel only with a current entry at every suite shape, so a tune at one shape
 after a kernel edit, with the kernel's other entries not yet carried over by `identity` and
-`restamp`, empties that kernel from the table. Exit status 1 names such a tune.
+`restamp`, empties that kernel from the table. Exit status 1 names such a tune. Where a tune
+is to make the only current entry, a budget that stops it before its comparison with the
+default ships the default (3bd193d's round lost both B=65536 entries of FrdHead's backward so).
 """
 from __future__ import annotations
 
@@ -53,7 +55,10 @@ def main(tasks: list[str]) -> int:
             print(f"{path.stem}: {kernel}: export would drop it, no current entry at "
                   f"{', '.join(shape_key(s) for s in lacking)}"
                   + (f"; after the round's tunes still none at {', '.join(left)}: run identity "
-                     "and restamp first" if doomed else ""))
+                     "and restamp first" if doomed else
+                     "; the round's tune must finish its trials and the comparison with the "
+                     "default within its budget, else the default ships there"
+                     if kernel in tuned_at else ""))
     for rec in sorted(REPORTS.glob("*/validation.json")):
         for family, why in sorted(stale_families(read_json(rec), catalog()).items()):
             print(f"{rec.parent.name}: validation of {family}: {why}")
