@@ -20,7 +20,8 @@
 #   splitsan  the pool's split-K path under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   wide      the wide-head tensor-core forward prototype (probes/pool_wide/run.py)
+#   wide      the wide-head tensor-core prototype (probes/pool_wide/run.py; $WIDE_ARGS=rows:
+#             its third version alone)
 #   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
@@ -163,7 +164,8 @@ if has train; then
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
 fi
-has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.json
+# shellcheck disable=SC2086  # WIDE_ARGS: words on purpose (rows: the third version alone)
+has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.json ${WIDE_ARGS:-}
 has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \

@@ -4,7 +4,10 @@ at the suite's wide shapes and odd ones: errors judged by the library's validati
 forward and (N_HORIZONS a multiple of 16) backward given ctx. Not shipped: it says whether
 tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a layout.
 
-    source .gpu/env.sh && python probes/pool_wide/run.py OUT.json
+    source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [rows]
+
+With `rows`, only the third version (`wide_forward_rows`: a block a row, 16 horizons a warp,
+everything but the ln ring in registers) runs.
 """
 from __future__ import annotations
 
@@ -37,6 +40,9 @@ SHAPES = ((32, 128, 512, 64), (8, 512, 1024, 128), (16, 256, 256, 64),
 POINTS = ((4, 64), (2, 32), (8, 128), (4, 128))
 ROUNDING = (0, 1)
 GRIDS = ("rows", "persistent")
+# wide_forward_rows: (KC, RSTAGES), truncated halves only (rounding measured not worth it);
+# KC 16 with two slots spills, so it is left out
+ROWS_POINTS = ((16, 3), (16, 4), (32, 2), (32, 3), (64, 2))
 
 
 def up(n: int, m: int) -> int:
@@ -53,6 +59,15 @@ def backward_floats(h: int, d: int, kc: int) -> int:
     return 2 * h * (d + 8) + 2 * kc * (d + 8) + 2 * h * (kc + 8) + h
 
 
+def rows_floats(h: int, d: int, kc: int, stages: int, k: int) -> int:
+    """ROWS_FLOATS of wide.cu."""
+    return stages * kc * (d + 8) + h * up(k, kc)
+
+
+def rows_fit(h: int, d: int, floats: int) -> bool:
+    return h % 16 == 0 and d % 8 == 0 and d <= 128 and 4 * floats <= device.max_shared_bytes()
+
+
 def fits(h: int, d: int, warps: int, kc: int, floats: int, backward: bool) -> bool:
     nth = 32 * warps
     rules = (h % 8 == 0 and d % (16 * warps) == 0 and kc % (16 * warps) == 0 and nth % h == 0
@@ -63,17 +78,20 @@ def fits(h: int, d: int, warps: int, kc: int, floats: int, backward: bool) -> bo
 
 
 class Variants:
-    """wide.cu's entries, one module per (H, D, WARPS, KC, TF32_RN)."""
+    """wide.cu's entries, one module per (H, D, WARPS, KC, TF32_RN), or with RSTAGES the third
+    version's module per (H, D, KC, RSTAGES)."""
 
     def __init__(self) -> None:
         self.modules: dict[tuple, Any] = {}
 
-    def get(self, entry: str, h: int, d: int, warps: int, kc: int, rn: int) -> Any:
+    def get(self, entry: str, h: int, d: int, warps: int, kc: int, rn: int,
+            stages: int = 0) -> Any:
         from pycuda.compiler import SourceModule
-        key = (h, d, warps, kc, rn)
+        key = (h, d, warps, kc, rn, stages)
         if key not in self.modules:
-            options = [f"-DN_HORIZONS={h}", f"-DHIDDEN_DIM={d}", f"-DWARPS={warps}",
-                       f"-DKC={kc}", f"-DTF32_RN={rn}", *(["-DBWD=1"] if h % 16 == 0 else [])]
+            options = (["-DROWS=1", f"-DRSTAGES={stages}"] if stages else
+                       [f"-DWARPS={warps}", *(["-DBWD=1"] if h % 16 == 0 else [])])
+            options += [f"-DN_HORIZONS={h}", f"-DHIDDEN_DIM={d}", f"-DKC={kc}", f"-DTF32_RN={rn}"]
             with device.thread_context():
                 self.modules[key] = SourceModule((HERE / "wide.cu").read_text(),
                                                  no_extern_c=True, arch="sm_90",
@@ -110,13 +128,15 @@ def say(pass_: str, shape: tuple, p: dict, library_us: float, floor_us: float) -
           "bitwise" if p["rerun_bitwise"] else "NOT BITWISE", flush=True)
 
 
-def main(out: str) -> None:
+def main(out: str, only_rows: bool = False) -> None:
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1), "shapes": []}
     variants = Variants()
     for h, d, b, k in SHAPES:
+        if only_rows and not rows_fit(h, d, 0):
+            continue
         q = rng.standard_normal((h, d)).astype(np.float32)
         ln = rng.standard_normal((b, k, d)).astype(np.float32)
         grad_ctx = rng.standard_normal((b, h, d)).astype(np.float32)
@@ -138,7 +158,29 @@ def main(out: str) -> None:
         entry = {"H": h, "D": d, "B": b, "K": k, "floor_us": floor, "library": library,
                  "forward": [], "backward": []}
         scale = np.float32(1 / np.sqrt(d))
-        for (warps, kc), rn, grid in itertools.product(POINTS, ROUNDING, GRIDS):
+        for (kc, stages), grid in itertools.product(ROWS_POINTS, GRIDS):
+            floats = rows_floats(h, d, kc, stages, k)
+            if not rows_fit(h, d, floats):
+                continue
+            warps = h // 16
+            fn = variants.get("wide_forward_rows", h, d, warps, kc, 0, stages)
+            n = blocks(fn, 4 * floats, warps, b, grid)
+            o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
+
+            def run(fn=fn, n=n, warps=warps, floats=floats, o_ctx=o_ctx, o_attn=o_attn):
+                fn(d_q.gpudata, d_ln.gpudata, o_ctx.gpudata, o_attn.gpudata, np.int32(b),
+                   np.int32(k), scale, grid=(n, 1, 1), block=(32 * warps, 1, 1),
+                   shared=4 * floats)
+            p = point(run, lambda o_ctx=o_ctx, o_attn=o_attn: (o_ctx.get(), o_attn.get()),
+                      want_fwd, f32_fwd, ("ctx", "attn"), blocks=n, registers=fn.num_regs,
+                      WARPS=warps, KC=kc, TF32_RN=0, grid=grid, RSTAGES=stages,
+                      version="rows")
+            entry["forward"].append(p)
+            say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
+            Path(out).write_text(json.dumps({**record, "shapes": [*record["shapes"], entry]},
+                                            indent=1))
+        for (warps, kc), rn, grid in itertools.product(() if only_rows else POINTS, ROUNDING,
+                                                       GRIDS):
             fields = {"WARPS": warps, "KC": kc, "TF32_RN": rn, "grid": grid}
             floats = forward_floats(h, d, kc, k)
             if fits(h, d, warps, kc, floats, False):
@@ -178,4 +220,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], only_rows=sys.argv[2:] == ["rows"])

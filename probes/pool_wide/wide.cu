@@ -28,6 +28,7 @@
 #include "../tf32_mma.cuh"
 #include "../../cu/heads_common.cuh"  // group_sum, group_max
 
+#if !ROWS  // the first two versions
 // ln chunk w of this block's work (its rows blockIdx.x + i*gridDim.x, KC keys a chunk) into
 // buffer buf by cp.async; keys past K are zeros.
 __device__ __forceinline__ void fetch_chunk(float* ls, const float* __restrict__ ln, int w,
@@ -141,7 +142,180 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
     }
 }
 
-#ifdef BWD
+#endif
+
+#if ROWS  // N_HORIZONS a multiple of 16, HIDDEN_DIM a multiple of 8 up to 128
+// The third version, registers instead of barriers: a block is one batch row at a time (rows
+// blockIdx.x + i*gridDim.x) and its N_HORIZONS / 16 warps take 16 horizons each. The block
+// shares only a ring of RSTAGES chunks of KC keys (one barrier a chunk); a warp keeps its
+// scores, softmax weights and ctx in registers, as flash-attention 2 does:
+//   S [16 x KC] = q_w [16 x D] . ln_chunk^T    (q_w's fragments read through L1, not staged)
+//   online softmax over S's rows (a quad's shuffles), P = exp(S - m) in the accumulators
+//   ctx_w [16 x D] += P . ln_chunk             (P's accumulators are the A fragments as they
+//                                               are: the k permutation of warp_mma)
+// Raw scores stay in shared memory ([16][KP] a warp) for attn at the row's end.
+#define RWARPS (N_HORIZONS / 16)
+#define RTH (32 * RWARPS)
+#define LDR (D + 8)         // ring rows: S's float2 reads hit 32 banks
+#define NTK (KC / 8)        // S's n8 tiles (keys)
+#define NTD (D / 8)         // ctx's n8 tiles (columns)
+// Shared floats: the ring [RSTAGES][KC][LDR], raw scores [RWARPS][16][KP].
+#define ROWS_FLOATS(KP) (RSTAGES * KC * LDR + RWARPS * 16 * (KP))
+
+// chunk w of the block's work (row blockIdx.x + w / nck * gridDim.x, keys from w % nck * KC)
+// into ring slot w % RSTAGES; one commit group a chunk, empty past the end
+__device__ __forceinline__ void ring_fetch(float* ring, const float* __restrict__ ln, int w,
+                                           int total, int nck, int K)
+{
+    if (w < total) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        const float* src = ln + (size_t)b * K * D;
+        float* dst = ring + (w % RSTAGES) * KC * LDR;
+        for (int e = threadIdx.x; e < KC * D / 4; e += RTH) {
+            const int r = e / (D / 4), c = e % (D / 4) * 4;
+            const bool ok = c0 + r < K;
+            const unsigned to = (unsigned)__cvta_generic_to_shared(dst + r * LDR + c);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                         :: "r"(to), "l"(ok ? src + (size_t)(c0 + r) * D + c : src),
+                         "r"(ok ? 16 : 0));
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(RTH)
+wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
+                  float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
+                  const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int nck = (K + KC - 1) / KC, kp = nck * KC;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float* ring = smem;
+    float* sw = ring + RSTAGES * KC * LDR + warp * 16 * kp;  // this warp's raw scores
+    const int h0 = 16 * warp;
+    const float* qa = q_h + (size_t)(h0 + g) * D + 2 * t;  // rows g and g + 8 of q_w
+    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const int total = rows * nck;
+#pragma unroll
+    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, total, nck, K);
+    float acc[NTD][4], m[2], l[2];
+    for (int w = 0; w < total; ++w) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
+        __syncthreads();  // chunk w is in; chunk w - 1's slot is free
+        ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
+        const float* ls = ring + (w % RSTAGES) * KC * LDR;
+        if (c0 == 0) {
+#pragma unroll
+            for (int j = 0; j < NTD; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+            m[0] = m[1] = -INFINITY;
+            l[0] = l[1] = 0.f;
+        }
+        float s[NTK][4];
+#pragma unroll
+        for (int j = 0; j < NTK; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+        for (int k0 = 0; k0 < D; k0 += 8) {
+            unsigned ab[4], as[4];
+            const float2 q0 = __ldg(reinterpret_cast<const float2*>(qa + k0));
+            const float2 q1 = __ldg(reinterpret_cast<const float2*>(qa + 8 * D + k0));
+            split(q0.x, ab[0], as[0]);
+            split(q1.x, ab[1], as[1]);
+            split(q0.y, ab[2], as[2]);
+            split(q1.y, ab[3], as[3]);
+#pragma unroll
+            for (int j = 0; j < NTK; ++j) {
+                const float2 v =
+                    *reinterpret_cast<const float2*>(ls + (8 * j + g) * LDR + k0 + 2 * t);
+                unsigned bb[2], bs[2];
+                split(v.x, bb[0], bs[0]);
+                split(v.y, bb[1], bs[1]);
+                mma_tf32(s[j], as, bb);
+                mma_tf32(s[j], ab, bs);
+                mma_tf32(s[j], ab, bb);
+            }
+        }
+        // S's rows g (e 0, 1) and g + 8 (e 2, 3): scaled, keys past K masked, kept for attn
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < NTK; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = c0 + 8 * j + 2 * t + e % 2;
+                const float v = key < K ? s[j][e] * scale : -INFINITY;
+                s[j][e] = v;
+                sw[(g + 8 * (e / 2)) * kp + key] = v;
+                mx[e / 2] = fmaxf(mx[e / 2], v);
+            }
+        float alpha[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = group_max<4>(mx[r]);  // a quad holds a row
+            const float m_new = fmaxf(m[r], mx[r]);
+            alpha[r] = expf(m[r] - m_new);  // 0 at the row's first chunk
+            m[r] = m_new;
+        }
+#pragma unroll
+        for (int j = 0; j < NTK; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[j][e] = expf(s[j][e] - m[e / 2]);
+                sum[e / 2] += s[j][e];
+            }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + group_sum<4>(sum[r]);
+#pragma unroll
+        for (int j = 0; j < NTD; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][e] *= alpha[e / 2];
+        // ctx_w += P . ln_chunk: k-step kk's A fragments are S's tile kk (rows g, g + 8;
+        // keys 2t, 2t + 1 in slots t, t + 4)
+#pragma unroll
+        for (int kk = 0; kk < NTK; ++kk) {
+            unsigned ab[4], as[4];
+            split(s[kk][0], ab[0], as[0]);
+            split(s[kk][2], ab[1], as[1]);
+            split(s[kk][1], ab[2], as[2]);
+            split(s[kk][3], ab[3], as[3]);
+            const float* lk = ls + (8 * kk + 2 * t) * LDR + g;
+#pragma unroll
+            for (int j = 0; j < NTD; ++j) {
+                unsigned bb[2], bs[2];
+                split(lk[8 * j], bb[0], bs[0]);
+                split(lk[LDR + 8 * j], bb[1], bs[1]);
+                mma_tf32(acc[j], as, bb);
+                mma_tf32(acc[j], ab, bs);
+                mma_tf32(acc[j], ab, bb);
+            }
+        }
+        if (c0 + KC >= K) {  // the row's last chunk: ctx from the registers, attn from sw
+            const size_t row = (size_t)b * N_HORIZONS + h0;
+#pragma unroll
+            for (int j = 0; j < NTD; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<float2*>(ctx + (row + g + 8 * r) * D + 8 * j + 2 * t) =
+                        make_float2(acc[j][2 * r] / l[r], acc[j][2 * r + 1] / l[r]);
+            __syncwarp();  // every lane's raw scores are in sw
+            for (int e0 = 0; e0 < 16 * K; e0 += 32) {  // every lane through every shuffle
+                const int e = min(e0 + lane, 16 * K - 1), h = e / K, k = e % K;
+                const int from = 4 * (h % 8);  // a lane of the quad holding row h % 8
+                const float m0 = __shfl_sync(FULL_MASK, m[0], from);
+                const float m1 = __shfl_sync(FULL_MASK, m[1], from);
+                const float l0 = __shfl_sync(FULL_MASK, l[0], from);
+                const float l1 = __shfl_sync(FULL_MASK, l[1], from);
+                if (e0 + lane < 16 * K)
+                    attn[row * K + e] =
+                        expf(sw[h * kp + k] - (h < 8 ? m0 : m1)) / (h < 8 ? l0 : l1);
+            }
+            __syncwarp();  // sw is read before the next row's scores
+        }
+    }
+}
+#endif
+
+#if BWD && !ROWS
 // Backward given the forward's ctx (the softmax correction c = grad_ctx . ctx), N_HORIZONS a
 // multiple of 16. Per chunk of KC keys, with G = grad_ctx[b] and A = attn[b] at those keys:
 //   dw^T [KC x H]     = ln_chunk . G^T;  sd = scale * A * (dw - c)     (warps split the keys)

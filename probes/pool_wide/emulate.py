@@ -1,0 +1,119 @@
+"""wide_forward_rows (wide.cu's third version) emulated on the CPU, lane by lane, to check its
+fragment indexing and online softmax against the float64 reference before any GPU time: each
+mma.sync m16n8k8 is rebuilt from the 32 lanes' registers by the PTX layouts (A: a0 (g, t),
+a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (t, g), b1 (t+4, g); C: c0 (g, 2t), c1 (g, 2t+1),
+c2 (g+8, 2t), c3 (g+8, 2t+1)), in float64 with the operand split left out (big = x, small = 0,
+so the three products are the exact one). The loops follow the kernel's, one warp at a time.
+
+    python probes/pool_wide/emulate.py
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pycuda_heads import reference as ref
+
+LANE = np.arange(32)
+G, T = LANE // 4, LANE % 4
+
+
+def mma(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """c [4, 32] += A B from a [4, 32] and b [2, 32] as the lanes hold them."""
+    A, B, C = np.zeros((16, 8)), np.zeros((8, 8)), np.zeros((16, 8))
+    A[G, T], A[G + 8, T], A[G, T + 4], A[G + 8, T + 4] = a
+    B[T, G], B[T + 4, G] = b
+    C[G, 2 * T], C[G, 2 * T + 1], C[G + 8, 2 * T], C[G + 8, 2 * T + 1] = c
+    D = C + A @ B
+    return np.stack([D[G, 2 * T], D[G, 2 * T + 1], D[G + 8, 2 * T], D[G + 8, 2 * T + 1]])
+
+
+def quad(v: np.ndarray, op) -> np.ndarray:
+    """group_max<4> / group_sum<4>: the xor-2 then xor-1 butterfly of each quad."""
+    for o in (2, 1):
+        v = op(v, v[LANE ^ o])
+    return v
+
+
+def warp_rows(q: np.ndarray, ln: np.ndarray, h0: int, kc: int, scale: float
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """One warp's 16 horizons of one batch row: (ctx [16, D], attn [16, K])."""
+    k_, d = ln.shape
+    nck, ntk, ntd = -(-k_ // kc), kc // 8, d // 8
+    kp = nck * kc
+    sw = np.full((16, kp), np.nan)
+    acc = np.zeros((ntd, 4, 32))
+    m, l = np.full((2, 32), -np.inf), np.zeros((2, 32))
+    for c in range(nck):
+        c0 = c * kc
+        ls = np.zeros((kc, d))  # the ring slot: keys past K are zeros
+        ls[:max(0, min(kc, k_ - c0))] = ln[c0:c0 + kc]
+        s = np.zeros((ntk, 4, 32))
+        for k0 in range(0, d, 8):
+            a = np.stack([q[h0 + G, k0 + 2 * T], q[h0 + G + 8, k0 + 2 * T],
+                          q[h0 + G, k0 + 2 * T + 1], q[h0 + G + 8, k0 + 2 * T + 1]])
+            for j in range(ntk):
+                b = np.stack([ls[8 * j + G, k0 + 2 * T], ls[8 * j + G, k0 + 2 * T + 1]])
+                s[j] = mma(s[j], a, b)
+        mx = np.full((2, 32), -np.inf)
+        for j in range(ntk):
+            for e in range(4):
+                key = c0 + 8 * j + 2 * T + e % 2
+                v = np.where(key < k_, s[j, e] * scale, -np.inf)
+                s[j, e] = v
+                sw[G + 8 * (e // 2), key] = v
+                mx[e // 2] = np.maximum(mx[e // 2], v)
+        alpha = np.zeros((2, 32))
+        for r in range(2):
+            mx[r] = quad(mx[r], np.maximum)
+            m_new = np.maximum(m[r], mx[r])
+            alpha[r] = np.exp(m[r] - m_new)
+            m[r] = m_new
+        total = np.zeros((2, 32))
+        for j in range(ntk):
+            for e in range(4):
+                s[j, e] = np.exp(s[j, e] - m[e // 2])
+                total[e // 2] += s[j, e]
+        for r in range(2):
+            l[r] = l[r] * alpha[r] + quad(total[r], np.add)
+        for e in range(4):
+            acc[:, e] *= alpha[e // 2]
+        for kk in range(ntk):
+            a = np.stack([s[kk, 0], s[kk, 2], s[kk, 1], s[kk, 3]])
+            for j in range(ntd):
+                b = np.stack([ls[8 * kk + 2 * T, 8 * j + G], ls[8 * kk + 2 * T + 1, 8 * j + G]])
+                acc[j] = mma(acc[j], a, b)
+    ctx = np.zeros((16, d))
+    for j in range(ntd):
+        for r in range(2):
+            ctx[G + 8 * r, 8 * j + 2 * T] = acc[j, 2 * r] / l[r]
+            ctx[G + 8 * r, 8 * j + 2 * T + 1] = acc[j, 2 * r + 1] / l[r]
+    attn = np.zeros((16, k_))
+    for e0 in range(0, 16 * k_, 32):
+        e = np.minimum(e0 + LANE, 16 * k_ - 1)
+        h, k = e // k_, e % k_
+        src = 4 * (h % 8)
+        mh, lh = np.where(h < 8, m[0][src], m[1][src]), np.where(h < 8, l[0][src], l[1][src])
+        ok = e0 + LANE < 16 * k_
+        attn[h[ok], k[ok]] = (np.exp(sw[h, k] - mh) / lh)[ok]
+    return ctx, attn
+
+
+def main() -> None:
+    rng = np.random.default_rng(1)
+    for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 16), (32, 16, 100, 64)):
+        q = rng.standard_normal((h, d))
+        ln = rng.standard_normal((2, k, d))
+        want_ctx, want_attn = ref.pool_forward(q, ln)
+        scale = 1 / np.sqrt(d)
+        err = 0.0
+        for b in range(2):
+            for h0 in range(0, h, 16):
+                ctx, attn = warp_rows(q, ln[b], h0, kc, scale)
+                err = max(err, np.abs(ctx - want_ctx[b, h0:h0 + 16]).max(),
+                          np.abs(attn - want_attn[b, h0:h0 + 16]).max())
+        print(f"H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
+        assert err < 1e-12, err
+
+
+if __name__ == "__main__":
+    main()
