@@ -1,5 +1,6 @@
-"""wide_forward_rows (wide.cu's third version) emulated on the CPU, lane by lane, to check its
-fragment indexing and online softmax against the float64 reference before any GPU time: each
+"""wide_forward_rows and wide_backward_rows (wide.cu's third version) emulated on the CPU, lane
+by lane, to check their fragment indexing, online softmax and shared-memory hand-off against the
+float64 reference before any GPU time: each
 mma.sync m16n8k8 is rebuilt from the 32 lanes' registers by the PTX layouts (A: a0 (g, t),
 a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (t, g), b1 (t+4, g); C: c0 (g, 2t), c1 (g, 2t+1),
 c2 (g+8, 2t), c3 (g+8, 2t+1)), in float64 with the operand split left out (big = x, small = 0,
@@ -98,6 +99,86 @@ def warp_rows(q: np.ndarray, ln: np.ndarray, h0: int, kc: int, scale: float
     return ctx, attn
 
 
+def block_rows_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: np.ndarray,
+                        ctx: np.ndarray, kc: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """One block's rows (every batch row here): (its grad_q_h partial [H, D], grad_ln)."""
+    nb, k_, d = ln.shape
+    h_all = q.shape[0]
+    warps, nck, ntk, ntd = h_all // 16, -(-k_ // kc), kc // 8, d // 8
+    mt_l = kc // (16 * warps)
+    accq = np.zeros((warps, ntd, 4, 32))
+    grad_ln = np.full((nb, k_, d), np.nan)
+    for b in range(nb):
+        c = np.zeros((warps, 2, 32))
+        for ck in range(nck):
+            c0 = ck * kc
+            ls = np.zeros((kc, d))
+            ls[:max(0, min(kc, k_ - c0))] = ln[b, c0:c0 + kc]
+            sds = np.full((h_all, kc), np.nan)
+            for w in range(warps):
+                h0 = 16 * w
+                if c0 == 0:
+                    for r in range(2):
+                        part = np.zeros(32)
+                        for dd in range(0, d, 4):
+                            part += gctx[b, h0 + G + 8 * r, dd + T] * ctx[b, h0 + G + 8 * r, dd + T]
+                        c[w, r] = quad(part, np.add)
+                s = np.zeros((ntk, 4, 32))
+                for k0 in range(0, d, 8):
+                    a = np.stack([gctx[b, h0 + G, k0 + 2 * T], gctx[b, h0 + G + 8, k0 + 2 * T],
+                                  gctx[b, h0 + G, k0 + 2 * T + 1],
+                                  gctx[b, h0 + G + 8, k0 + 2 * T + 1]])
+                    for j in range(ntk):
+                        bm = np.stack([ls[8 * j + G, k0 + 2 * T], ls[8 * j + G, k0 + 2 * T + 1]])
+                        s[j] = mma(s[j], a, bm)
+                for j in range(ntk):
+                    for e in range(4):
+                        hr, key = h0 + G + 8 * (e // 2), 8 * j + 2 * T + e % 2
+                        ok = c0 + key < k_
+                        av = np.where(ok, attn[b, hr, np.minimum(c0 + key, k_ - 1)], 0.0)
+                        s[j, e] = scale * av * (s[j, e] - c[w, e // 2])
+                        sds[hr, key] = s[j, e]
+                for kk in range(ntk):
+                    a = np.stack([s[kk, 0], s[kk, 2], s[kk, 1], s[kk, 3]])
+                    for j in range(ntd):
+                        bm = np.stack([ls[8 * kk + 2 * T, 8 * j + G],
+                                       ls[8 * kk + 2 * T + 1, 8 * j + G]])
+                        accq[w, j] = mma(accq[w, j], a, bm)
+            for w in range(warps):  # after the barrier: warp w's keys over every horizon
+                for i in range(mt_l):
+                    k1 = (w * mt_l + i) * 16 + G
+                    accl = np.zeros((ntd, 4, 32))
+                    for kk in range(2 * h_all // 8):
+                        sd_part = kk >= h_all // 8
+                        h = 8 * kk - (h_all if sd_part else 0) + 2 * T
+                        x = []
+                        for e in range(4):
+                            key, hh = k1 + 8 * (e % 2), h + e // 2
+                            if sd_part:
+                                x.append(sds[hh, key])
+                            else:
+                                ok = c0 + key < k_
+                                x.append(np.where(ok, attn[b, hh, np.minimum(c0 + key, k_ - 1)],
+                                                  0.0))
+                        src = q if sd_part else gctx[b]
+                        for j in range(ntd):
+                            bm = np.stack([src[h, 8 * j + G], src[h + 1, 8 * j + G]])
+                            accl[j] = mma(accl[j], np.stack(x), bm)
+                    for r in range(2):
+                        key = c0 + k1 + 8 * r
+                        for j in range(ntd):
+                            ok = key < k_
+                            grad_ln[b, key[ok], (8 * j + 2 * T)[ok]] = accl[j, 2 * r][ok]
+                            grad_ln[b, key[ok], (8 * j + 2 * T + 1)[ok]] = accl[j, 2 * r + 1][ok]
+    grad_q = np.zeros((h_all, d))
+    for w in range(warps):
+        for j in range(ntd):
+            for r in range(2):
+                grad_q[16 * w + G + 8 * r, 8 * j + 2 * T] = accq[w, j, 2 * r]
+                grad_q[16 * w + G + 8 * r, 8 * j + 2 * T + 1] = accq[w, j, 2 * r + 1]
+    return grad_q, grad_ln
+
+
 def main() -> None:
     rng = np.random.default_rng(1)
     for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 16), (32, 16, 100, 64)):
@@ -111,7 +192,18 @@ def main() -> None:
                 ctx, attn = warp_rows(q, ln[b], h0, kc, scale)
                 err = max(err, np.abs(ctx - want_ctx[b, h0:h0 + 16]).max(),
                           np.abs(attn - want_attn[b, h0:h0 + 16]).max())
-        print(f"H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
+        print(f"forward  H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
+        assert err < 1e-12, err
+    for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 32), (32, 16, 100, 64)):
+        q = rng.standard_normal((h, d))
+        ln = rng.standard_normal((3, k, d))
+        gctx = rng.standard_normal((3, h, d))
+        ctx, attn = ref.pool_forward(q, ln)
+        want_q, want_ln = ref.pool_backward(q, ln, attn, gctx)
+        got_q, got_ln = block_rows_backward(q, ln, attn, gctx, ctx, kc, 1 / np.sqrt(d))
+        assert np.isfinite(got_ln).all(), "a grad_ln element nobody wrote"
+        err = max(np.abs(got_q - want_q).max(), np.abs(got_ln - want_ln).max())
+        print(f"backward H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
         assert err < 1e-12, err
 
 

@@ -6,8 +6,8 @@ tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a 
 
     source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [rows]
 
-With `rows`, only the third version (`wide_forward_rows`: a block a row, 16 horizons a warp,
-everything but the ln ring in registers) runs.
+With `rows`, only the third version (`wide_forward_rows` and `wide_backward_rows`: a block a
+row, 16 horizons a warp, everything but the ln ring and the backward's sd in registers) runs.
 """
 from __future__ import annotations
 
@@ -40,8 +40,9 @@ SHAPES = ((32, 128, 512, 64), (8, 512, 1024, 128), (16, 256, 256, 64),
 POINTS = ((4, 64), (2, 32), (8, 128), (4, 128))
 ROUNDING = (0, 1)
 GRIDS = ("rows", "persistent")
-# wide_forward_rows: (KC, RSTAGES), truncated halves only (rounding measured not worth it);
-# KC 16 with two slots spills, so it is left out
+# the third version: (KC, RSTAGES), truncated halves only (rounding measured not worth it); the
+# forward at KC 16 with two slots spills, so it is left out; the backward takes KC a multiple of
+# 16 a warp
 ROWS_POINTS = ((16, 3), (16, 4), (32, 2), (32, 3), (64, 2))
 
 
@@ -62,6 +63,11 @@ def backward_floats(h: int, d: int, kc: int) -> int:
 def rows_floats(h: int, d: int, kc: int, stages: int, k: int) -> int:
     """ROWS_FLOATS of wide.cu."""
     return stages * kc * (d + 8) + h * up(k, kc)
+
+
+def rows_backward_floats(h: int, d: int, kc: int, stages: int) -> int:
+    """ROWS_BWD_FLOATS of wide.cu."""
+    return stages * kc * (d + 8) + h * (kc + 4)
 
 
 def rows_fit(h: int, d: int, floats: int) -> bool:
@@ -177,6 +183,25 @@ def main(out: str, only_rows: bool = False) -> None:
                       version="rows")
             entry["forward"].append(p)
             say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
+            floats = rows_backward_floats(h, d, kc, stages)
+            if kc % (16 * warps) == 0 and rows_fit(h, d, floats):
+                fn = variants.get("wide_backward_rows", h, d, warps, kc, 0, stages)
+                n = blocks(fn, 4 * floats, warps, b, grid)
+                o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
+                sums = []
+
+                def run(fn=fn, n=n, warps=warps, floats=floats, o_gln=o_gln, scratch=scratch,
+                        sums=sums):
+                    fn(d_q.gpudata, d_ln.gpudata, d_attn.gpudata, d_g.gpudata, d_ctx.gpudata,
+                       o_gln.gpudata, scratch.gpudata, np.int32(b), np.int32(k), scale,
+                       grid=(n, 1, 1), block=(32 * warps, 1, 1), shared=4 * floats)
+                    sums[:] = [reducer().sum_rows(scratch, n, h * d, None, (h, d))]
+                p = point(run, lambda o_gln=o_gln, sums=sums: (sums[0].get(), o_gln.get()),
+                          want_bwd, f32_bwd, ("grad_q_h", "grad_ln"), blocks=n,
+                          registers=fn.num_regs, WARPS=warps, KC=kc, TF32_RN=0, grid=grid,
+                          RSTAGES=stages, version="rows")
+                entry["backward"].append(p)
+                say("bwd", (h, d, b, k), p, library["backward_us"], floor["backward"])
             Path(out).write_text(json.dumps({**record, "shapes": [*record["shapes"], entry]},
                                             indent=1))
         for (warps, kc), rn, grid in itertools.product(() if only_rows else POINTS, ROUNDING,

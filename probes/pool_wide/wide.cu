@@ -313,6 +313,163 @@ wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
         }
     }
 }
+
+// The backward on the same plan, given the forward's ctx. Per chunk, warp w's 16 horizons:
+//   dw_w [16 x KC] = G_w . ln_chunk^T;  sd = scale * A * (dw - c), c = G . ctx per horizon
+//   grad_q_w [16 x D] += sd . ln_chunk     (sd's accumulators as A fragments; the block's
+//                                           partial over its rows in registers, a scratch row
+//                                           a block at the end)
+// sd goes to shared memory; after a barrier warp w takes keys [w KC / RWARPS, ...) of the
+// chunk over every horizon:
+//   grad_ln [keys x D] = [A^T | sd^T] . [G ; q]    (k = 2H; A, G and q read through L1)
+// Shared floats: the ring [RSTAGES][KC][LDR], sd [H][LDS].
+#define LDS (KC + 4)             // sd rows: the transposed fragment reads hit 32 banks
+#define MT_L (KC / (16 * RWARPS))  // grad_ln's m16 tiles a warp
+#define ROWS_BWD_FLOATS (RSTAGES * KC * LDR + N_HORIZONS * LDS)
+static_assert(KC % (16 * RWARPS) == 0, "whole m16 tiles of keys a warp");
+
+extern "C" __global__ void __launch_bounds__(RTH)
+wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
+                   const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+                   const float* __restrict__ ctx, float* __restrict__ grad_ln,
+                   float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int nck = (K + KC - 1) / KC;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float* ring = smem;
+    float* sds = ring + RSTAGES * KC * LDR;
+    const int h0 = 16 * warp;
+    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const int total = rows * nck;
+#pragma unroll
+    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, total, nck, K);
+    float accq[NTD][4], c[2];
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) accq[j][0] = accq[j][1] = accq[j][2] = accq[j][3] = 0.f;
+    for (int w = 0; w < total; ++w) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        const size_t row = (size_t)b * N_HORIZONS;
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
+        __syncthreads();  // chunk w is in; chunk w - 1's slot and sd are free
+        ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
+        const float* ls = ring + (w % RSTAGES) * KC * LDR;
+        const float* ga = grad_ctx + (row + h0 + g) * D + 2 * t;  // G_w's rows g and g + 8
+        if (c0 == 0) {  // c for rows g and g + 8: a quad splits D
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float* gr = grad_ctx + (row + h0 + g + 8 * r) * D;
+                const float* cr = ctx + (row + h0 + g + 8 * r) * D;
+                float v = 0.f;
+                for (int d = t; d < D; d += 4) v += __ldg(gr + d) * __ldg(cr + d);
+                c[r] = group_sum<4>(v);
+            }
+        }
+        float s[NTK][4];
+#pragma unroll
+        for (int j = 0; j < NTK; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+        for (int k0 = 0; k0 < D; k0 += 8) {
+            unsigned ab[4], as[4];
+            const float2 g0 = __ldg(reinterpret_cast<const float2*>(ga + k0));
+            const float2 g1 = __ldg(reinterpret_cast<const float2*>(ga + 8 * D + k0));
+            split(g0.x, ab[0], as[0]);
+            split(g1.x, ab[1], as[1]);
+            split(g0.y, ab[2], as[2]);
+            split(g1.y, ab[3], as[3]);
+#pragma unroll
+            for (int j = 0; j < NTK; ++j) {
+                const float2 v =
+                    *reinterpret_cast<const float2*>(ls + (8 * j + g) * LDR + k0 + 2 * t);
+                unsigned bb[2], bs[2];
+                split(v.x, bb[0], bs[0]);
+                split(v.y, bb[1], bs[1]);
+                mma_tf32(s[j], as, bb);
+                mma_tf32(s[j], ab, bs);
+                mma_tf32(s[j], ab, bb);
+            }
+        }
+        // sd at rows g (e 0, 1) and g + 8 (e 2, 3), keys past K zero; into shared memory too
+#pragma unroll
+        for (int j = 0; j < NTK; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int hr = h0 + g + 8 * (e / 2), key = 8 * j + 2 * t + e % 2;
+                const float a = c0 + key < K ? __ldg(attn + (row + hr) * K + c0 + key) : 0.f;
+                s[j][e] = scale * a * (s[j][e] - c[e / 2]);
+                sds[hr * LDS + key] = s[j][e];
+            }
+        // grad_q_w += sd . ln_chunk
+#pragma unroll
+        for (int kk = 0; kk < NTK; ++kk) {
+            unsigned ab[4], as[4];
+            split(s[kk][0], ab[0], as[0]);
+            split(s[kk][2], ab[1], as[1]);
+            split(s[kk][1], ab[2], as[2]);
+            split(s[kk][3], ab[3], as[3]);
+            const float* lk = ls + (8 * kk + 2 * t) * LDR + g;
+#pragma unroll
+            for (int j = 0; j < NTD; ++j) {
+                unsigned bb[2], bs[2];
+                split(lk[8 * j], bb[0], bs[0]);
+                split(lk[LDR + 8 * j], bb[1], bs[1]);
+                mma_tf32(accq[j], as, bb);
+                mma_tf32(accq[j], ab, bs);
+                mma_tf32(accq[j], ab, bb);
+            }
+        }
+        __syncthreads();  // every warp's sd is in
+#pragma unroll
+        for (int i = 0; i < MT_L; ++i) {
+            const int k1 = (warp * MT_L + i) * 16 + g;  // rows k1 and k1 + 8 of the chunk
+            float accl[NTD][4];
+#pragma unroll
+            for (int j = 0; j < NTD; ++j) accl[j][0] = accl[j][1] = accl[j][2] = accl[j][3] = 0.f;
+#pragma unroll 2
+            for (int kk = 0; kk < 2 * N_HORIZONS / 8; ++kk) {  // A^T . G, then sd^T . q
+                const bool sd_part = kk >= N_HORIZONS / 8;
+                const int h = 8 * kk - (sd_part ? N_HORIZONS : 0) + 2 * t;  // and h + 1
+                unsigned ab[4], as[4];
+                float x[4];  // (k1, h), (k1 + 8, h), (k1, h + 1), (k1 + 8, h + 1)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = k1 + 8 * (e % 2), hh = h + e / 2;
+                    x[e] = sd_part ? sds[hh * LDS + key]
+                         : c0 + key < K ? __ldg(attn + (row + hh) * K + c0 + key) : 0.f;
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) split(x[e], ab[e], as[e]);
+                const float* bk = (sd_part ? q_h : grad_ctx + row * D) + (size_t)h * D + g;
+#pragma unroll
+                for (int j = 0; j < NTD; ++j) {
+                    unsigned bb[2], bs[2];
+                    split(__ldg(bk + 8 * j), bb[0], bs[0]);
+                    split(__ldg(bk + D + 8 * j), bb[1], bs[1]);
+                    mma_tf32(accl[j], as, bb);
+                    mma_tf32(accl[j], ab, bs);
+                    mma_tf32(accl[j], ab, bb);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int key = c0 + k1 + 8 * r;
+                if (key < K)
+#pragma unroll
+                    for (int j = 0; j < NTD; ++j)
+                        *reinterpret_cast<float2*>(grad_ln + ((size_t)b * K + key) * D + 8 * j +
+                                                   2 * t) =
+                            make_float2(accl[j][2 * r], accl[j][2 * r + 1]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NTD; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+            *reinterpret_cast<float2*>(gq_scratch + ((size_t)blockIdx.x * N_HORIZONS + h0 + g +
+                                                     8 * r) * D + 8 * j + 2 * t) =
+                make_float2(accq[j][2 * r], accq[j][2 * r + 1]);
+}
 #endif
 
 #if BWD && !ROWS
