@@ -1,6 +1,6 @@
-"""wide_forward_rows and wide_backward_rows (wide.cu's third version) emulated on the CPU, lane
-by lane, to check their fragment indexing, online softmax and shared-memory hand-off against the
-float64 reference before any GPU time: each
+"""wide_forward_rows and wide_backward_rows (wide.cu's third version) and wide_forward_dsplit
+(its fourth) emulated on the CPU, lane by lane, to check their fragment indexing, online
+softmax and shared-memory hand-offs against the float64 reference before any GPU time: each
 mma.sync m16n8k8 is rebuilt from the 32 lanes' registers by the PTX layouts (A: a0 (g, t),
 a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (t, g), b1 (t+4, g); C: c0 (g, 2t), c1 (g, 2t+1),
 c2 (g+8, 2t), c3 (g+8, 2t+1)), in float64 with the operand split left out (big = x, small = 0,
@@ -179,6 +179,99 @@ def block_rows_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: n
     return grad_q, grad_ln
 
 
+def block_dsplit(q: np.ndarray, ln: np.ndarray, dc: int, scale: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """wide_forward_dsplit on one batch row: (ctx [H, D], attn [H, K])."""
+    k_, d = ln.shape
+    h_all = q.shape[0]
+    warps, nh8, mt_d, kc = d // dc, h_all // 8, dc // 16, 16
+    nck = -(-k_ // kc)
+    kp = nck * kc
+    sraw = np.full((h_all, kp), np.nan)
+    acc = np.zeros((warps, mt_d, nh8, 4, 32))
+    m, l = np.full((warps, nh8, 2, 32), -np.inf), np.zeros((warps, nh8, 2, 32))
+    for ck in range(nck):
+        c0 = ck * kc
+        ls = np.zeros((kc, d))
+        ls[:max(0, min(kc, k_ - c0))] = ln[c0:c0 + kc]
+        share = np.full((warps, 16, h_all), np.nan)
+        for w in range(warps):
+            s = np.zeros((nh8, 4, 32))
+            for k0 in range(w * dc, (w + 1) * dc, 8):
+                a = np.stack([ls[G, k0 + 2 * T], ls[G + 8, k0 + 2 * T], ls[G, k0 + 2 * T + 1],
+                              ls[G + 8, k0 + 2 * T + 1]])
+                for j in range(nh8):
+                    s[j] = mma(s[j], a, np.stack([q[8 * j + G, k0 + 2 * T],
+                                                  q[8 * j + G, k0 + 2 * T + 1]]))
+            for j in range(nh8):
+                for e in range(4):
+                    share[w, G + 8 * (e // 2), 8 * j + 2 * T + e % 2] = s[j, e]
+        for w in range(warps):  # after the barrier, every warp the same softmax
+            s = np.zeros((nh8, 4, 32))
+            for j in range(nh8):
+                for e in range(4):
+                    key, h = G + 8 * (e // 2), 8 * j + 2 * T + e % 2
+                    v = np.zeros(32)
+                    for u in range(warps):
+                        v = v + share[u, key, h]
+                    v = np.where(c0 + key < k_, v * scale, -np.inf)
+                    s[j, e] = v
+                    if w == 0:
+                        sraw[h, c0 + key] = v
+            alpha = np.zeros((nh8, 2, 32))
+            for j in range(nh8):
+                for c in range(2):
+                    mx = np.maximum(s[j, c], s[j, c + 2])
+                    for o in (4, 8, 16):
+                        mx = np.maximum(mx, mx[LANE ^ o])
+                    m_new = np.maximum(m[w, j, c], mx)
+                    alpha[j, c] = np.exp(m[w, j, c] - m_new)
+                    m[w, j, c] = m_new
+                    s[j, c] = np.exp(s[j, c] - m_new)
+                    s[j, c + 2] = np.exp(s[j, c + 2] - m_new)
+                    total = s[j, c] + s[j, c + 2]
+                    for o in (4, 8, 16):
+                        total = total + total[LANE ^ o]
+                    l[w, j, c] = l[w, j, c] * alpha[j, c] + total
+            pw = np.full((16, h_all), np.nan)
+            for j in range(nh8):
+                for e in range(4):
+                    pw[G + 8 * (e // 2), 8 * j + 2 * T + e % 2] = s[j, e]
+            for e in range(4):
+                acc[w, :, :, e] *= alpha[:, e % 2]
+            d0 = w * dc
+            for kk in range(kc // 8):
+                bm = [np.stack([pw[8 * kk + 2 * T, 8 * j + G], pw[8 * kk + 2 * T + 1, 8 * j + G]])
+                      for j in range(nh8)]
+                for i in range(mt_d):
+                    a = np.stack([ls[8 * kk + 2 * T, d0 + 16 * i + G],
+                                  ls[8 * kk + 2 * T, d0 + 16 * i + G + 8],
+                                  ls[8 * kk + 2 * T + 1, d0 + 16 * i + G],
+                                  ls[8 * kk + 2 * T + 1, d0 + 16 * i + G + 8]])
+                    for j in range(nh8):
+                        acc[w, i, j] = mma(acc[w, i, j], a, bm[j])
+    ctx = np.full((h_all, d), np.nan)
+    for w in range(warps):
+        for i in range(mt_d):
+            for j in range(nh8):
+                for e in range(4):
+                    ctx[8 * j + 2 * T + e % 2, w * dc + 16 * i + G + 8 * (e // 2)] = \
+                        acc[w, i, j, e] / l[w, j, e % 2]
+    attn = np.full((h_all, k_), np.nan)
+    for e0 in range(0, h_all * k_, 32):
+        e = np.minimum(e0 + LANE, h_all * k_ - 1)
+        h, k = e // k_, e % k_
+        mh, lh = np.zeros(32), np.ones(32)
+        for j in range(nh8):
+            for c in range(2):
+                mv, lv = m[0, j, c][(h % 8) // 2], l[0, j, c][(h % 8) // 2]
+                sel = (h // 8 == j) & (h % 2 == c)
+                mh, lh = np.where(sel, mv, mh), np.where(sel, lv, lh)
+        ok = e0 + LANE < h_all * k_
+        attn[h[ok], k[ok]] = (np.exp(sraw[h, k] - mh) / lh)[ok]
+    return ctx, attn
+
+
 def main() -> None:
     rng = np.random.default_rng(1)
     for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 16), (32, 16, 100, 64)):
@@ -193,6 +286,17 @@ def main() -> None:
                 err = max(err, np.abs(ctx - want_ctx[b, h0:h0 + 16]).max(),
                           np.abs(attn - want_attn[b, h0:h0 + 16]).max())
         print(f"forward  H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
+        assert err < 1e-12, err
+    for h, d, k, dc in ((8, 64, 20, 16), (8, 64, 33, 64), (32, 32, 16, 16), (16, 48, 1, 16)):
+        q = rng.standard_normal((h, d))
+        ln = rng.standard_normal((2, k, d))
+        want_ctx, want_attn = ref.pool_forward(q, ln)
+        err = 0.0
+        for b in range(2):
+            ctx, attn = block_dsplit(q, ln[b], dc, 1 / np.sqrt(d))
+            assert np.isfinite(ctx).all() and np.isfinite(attn).all(), "an output nobody wrote"
+            err = max(err, np.abs(ctx - want_ctx[b]).max(), np.abs(attn - want_attn[b]).max())
+        print(f"dsplit   H={h} D={d} K={k} DC={dc}: max abs error {err:.1e}")
         assert err < 1e-12, err
     for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 32), (32, 16, 100, 64)):
         q = rng.standard_normal((h, d))

@@ -4,10 +4,12 @@ at the suite's wide shapes and odd ones: errors judged by the library's validati
 forward and (N_HORIZONS a multiple of 16) backward given ctx. Not shipped: it says whether
 tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a layout.
 
-    source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [rows]
+    source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [first] [rows] [dsplit]
 
-With `rows`, only the third version (`wide_forward_rows` and `wide_backward_rows`: a block a
-row, 16 horizons a warp, everything but the ln ring and the backward's sd in registers) runs.
+The versions to run (default all): `first`, the first two (`wide_forward`, `wide_backward`);
+`rows`, the third (`wide_forward_rows`, `wide_backward_rows`: a block a row, 16 horizons a warp,
+all but the ln ring and the backward's sd in registers); `dsplit`, the fourth
+(`wide_forward_dsplit`: the warps split D, for wide rows).
 """
 from __future__ import annotations
 
@@ -43,7 +45,10 @@ GRIDS = ("rows", "persistent")
 # the third version: (KC, RSTAGES), truncated halves only (rounding measured not worth it); the
 # forward at KC 16 with two slots spills, so it is left out; the backward takes KC a multiple of
 # 16 a warp
-ROWS_POINTS = ((16, 3), (16, 4), (32, 2), (32, 3), (64, 2))
+ROWS_POINTS = ((16, 3), (32, 3), (64, 2))
+# the fourth version: (DC, RSTAGES), columns a warp and ring slots of 16 keys
+DSPLIT_POINTS = ((32, 3), (64, 3), (128, 3), (128, 4), (256, 2))
+VERSIONS = ("first", "rows", "dsplit")
 
 
 def up(n: int, m: int) -> int:
@@ -70,6 +75,20 @@ def rows_backward_floats(h: int, d: int, kc: int, stages: int) -> int:
     return stages * kc * (d + 8) + h * (kc + 4)
 
 
+def dsplit_floats(h: int, d: int, dc: int, stages: int, k: int) -> int:
+    """DSPLIT_FLOATS of wide.cu (KC 16)."""
+    return stages * 16 * (d + 8) + (d // dc) * 16 * h + (d // dc) * 16 * (h + 4) + h * up(k, 16)
+
+
+def dsplit_points(h: int, d: int) -> list[tuple[int, int]]:
+    """The fourth version's (DC, RSTAGES) at H, D: its sizes' rules, at most 64 accumulators a
+    lane (DC * H <= 2048) and 1024 threads."""
+    if h % 8 or h > 32:
+        return []
+    return [(dc, st) for dc, st in DSPLIT_POINTS
+            if d % dc == 0 and dc * h <= 2048 and d // dc <= 32]
+
+
 def rows_fit(h: int, d: int, floats: int) -> bool:
     return h % 16 == 0 and d % 8 == 0 and d <= 128 and 4 * floats <= device.max_shared_bytes()
 
@@ -83,21 +102,23 @@ def fits(h: int, d: int, warps: int, kc: int, floats: int, backward: bool) -> bo
     return rules and 4 * floats <= device.max_shared_bytes()
 
 
+def first_versions(h: int, d: int, warps: int, kc: int, rn: int) -> dict[str, int]:
+    """The -D constants of the first two versions' module."""
+    return {"N_HORIZONS": h, "HIDDEN_DIM": d, "WARPS": warps, "KC": kc, "TF32_RN": rn,
+            **({"BWD": 1} if h % 16 == 0 else {})}
+
+
 class Variants:
-    """wide.cu's entries, one module per (H, D, WARPS, KC, TF32_RN), or with RSTAGES the third
-    version's module per (H, D, KC, RSTAGES)."""
+    """wide.cu's entries, one module per set of -D constants."""
 
     def __init__(self) -> None:
         self.modules: dict[tuple, Any] = {}
 
-    def get(self, entry: str, h: int, d: int, warps: int, kc: int, rn: int,
-            stages: int = 0) -> Any:
+    def get(self, entry: str, **defines: int) -> Any:
         from pycuda.compiler import SourceModule
-        key = (h, d, warps, kc, rn, stages)
+        key = tuple(sorted(defines.items()))
         if key not in self.modules:
-            options = (["-DROWS=1", f"-DRSTAGES={stages}"] if stages else
-                       [f"-DWARPS={warps}", *(["-DBWD=1"] if h % 16 == 0 else [])])
-            options += [f"-DN_HORIZONS={h}", f"-DHIDDEN_DIM={d}", f"-DKC={kc}", f"-DTF32_RN={rn}"]
+            options = [f"-D{name}={value}" for name, value in key]
             with device.thread_context():
                 self.modules[key] = SourceModule((HERE / "wide.cu").read_text(),
                                                  no_extern_c=True, arch="sm_90",
@@ -134,14 +155,14 @@ def say(pass_: str, shape: tuple, p: dict, library_us: float, floor_us: float) -
           "bitwise" if p["rerun_bitwise"] else "NOT BITWISE", flush=True)
 
 
-def main(out: str, only_rows: bool = False) -> None:
+def main(out: str, versions: set[str]) -> None:
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1), "shapes": []}
     variants = Variants()
     for h, d, b, k in SHAPES:
-        if only_rows and not rows_fit(h, d, 0):
+        if "first" not in versions and not (rows_fit(h, d, 0) or dsplit_points(h, d)):
             continue
         q = rng.standard_normal((h, d)).astype(np.float32)
         ln = rng.standard_normal((b, k, d)).astype(np.float32)
@@ -164,12 +185,14 @@ def main(out: str, only_rows: bool = False) -> None:
         entry = {"H": h, "D": d, "B": b, "K": k, "floor_us": floor, "library": library,
                  "forward": [], "backward": []}
         scale = np.float32(1 / np.sqrt(d))
-        for (kc, stages), grid in itertools.product(ROWS_POINTS, GRIDS):
+        for (kc, stages), grid in itertools.product(ROWS_POINTS if "rows" in versions else (),
+                                                    GRIDS):
             floats = rows_floats(h, d, kc, stages, k)
             if not rows_fit(h, d, floats):
                 continue
             warps = h // 16
-            fn = variants.get("wide_forward_rows", h, d, warps, kc, 0, stages)
+            fn = variants.get("wide_forward_rows", ROWS=1, N_HORIZONS=h, HIDDEN_DIM=d, KC=kc,
+                              RSTAGES=stages)
             n = blocks(fn, 4 * floats, warps, b, grid)
             o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
 
@@ -185,7 +208,8 @@ def main(out: str, only_rows: bool = False) -> None:
             say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
             floats = rows_backward_floats(h, d, kc, stages)
             if kc % (16 * warps) == 0 and rows_fit(h, d, floats):
-                fn = variants.get("wide_backward_rows", h, d, warps, kc, 0, stages)
+                fn = variants.get("wide_backward_rows", ROWS=1, N_HORIZONS=h, HIDDEN_DIM=d, KC=kc,
+                                  RSTAGES=stages)
                 n = blocks(fn, 4 * floats, warps, b, grid)
                 o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
                 sums = []
@@ -204,12 +228,35 @@ def main(out: str, only_rows: bool = False) -> None:
                 say("bwd", (h, d, b, k), p, library["backward_us"], floor["backward"])
             Path(out).write_text(json.dumps({**record, "shapes": [*record["shapes"], entry]},
                                             indent=1))
-        for (warps, kc), rn, grid in itertools.product(() if only_rows else POINTS, ROUNDING,
-                                                       GRIDS):
+        for (dc, stages), grid in itertools.product(
+                dsplit_points(h, d) if "dsplit" in versions else (), GRIDS):
+            floats = dsplit_floats(h, d, dc, stages, k)
+            if 4 * floats > device.max_shared_bytes():
+                continue
+            warps = d // dc
+            fn = variants.get("wide_forward_dsplit", DSPLIT=1, N_HORIZONS=h, HIDDEN_DIM=d, DC=dc,
+                              KC=16, RSTAGES=stages)
+            n = blocks(fn, 4 * floats, warps, b, grid)
+            o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
+
+            def run(fn=fn, n=n, warps=warps, floats=floats, o_ctx=o_ctx, o_attn=o_attn):
+                fn(d_q.gpudata, d_ln.gpudata, o_ctx.gpudata, o_attn.gpudata, np.int32(b),
+                   np.int32(k), scale, grid=(n, 1, 1), block=(32 * warps, 1, 1),
+                   shared=4 * floats)
+            p = point(run, lambda o_ctx=o_ctx, o_attn=o_attn: (o_ctx.get(), o_attn.get()),
+                      want_fwd, f32_fwd, ("ctx", "attn"), blocks=n, registers=fn.num_regs,
+                      WARPS=warps, KC=16, TF32_RN=0, grid=grid, RSTAGES=stages, DC=dc,
+                      version="dsplit")
+            entry["forward"].append(p)
+            say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
+            Path(out).write_text(json.dumps({**record, "shapes": [*record["shapes"], entry]},
+                                            indent=1))
+        for (warps, kc), rn, grid in itertools.product(POINTS if "first" in versions else (),
+                                                       ROUNDING, GRIDS):
             fields = {"WARPS": warps, "KC": kc, "TF32_RN": rn, "grid": grid}
             floats = forward_floats(h, d, kc, k)
             if fits(h, d, warps, kc, floats, False):
-                fn = variants.get("wide_forward", h, d, warps, kc, rn)
+                fn = variants.get("wide_forward", **first_versions(h, d, warps, kc, rn))
                 n = blocks(fn, 4 * floats, warps, b, grid)
                 o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
 
@@ -224,7 +271,7 @@ def main(out: str, only_rows: bool = False) -> None:
                 say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
             floats = backward_floats(h, d, kc)
             if fits(h, d, warps, kc, floats, True):
-                fn = variants.get("wide_backward", h, d, warps, kc, rn)
+                fn = variants.get("wide_backward", **first_versions(h, d, warps, kc, rn))
                 n = blocks(fn, 4 * floats, warps, b, grid)
                 o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
                 sums = []
@@ -245,4 +292,4 @@ def main(out: str, only_rows: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], only_rows=sys.argv[2:] == ["rows"])
+    main(sys.argv[1], set(sys.argv[2:]) or set(VERSIONS))

@@ -28,7 +28,7 @@
 #include "../tf32_mma.cuh"
 #include "../../cu/heads_common.cuh"  // group_sum, group_max
 
-#if !ROWS  // the first two versions
+#if !ROWS && !DSPLIT  // the first two versions
 // ln chunk w of this block's work (its rows blockIdx.x + i*gridDim.x, KC keys a chunk) into
 // buffer buf by cp.async; keys past K are zeros.
 __device__ __forceinline__ void fetch_chunk(float* ls, const float* __restrict__ ln, int w,
@@ -156,12 +156,36 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
 // Raw scores stay in shared memory ([16][KP] a warp) for attn at the row's end.
 #define RWARPS (N_HORIZONS / 16)
 #define RTH (32 * RWARPS)
-#define LDR (D + 8)         // ring rows: S's float2 reads hit 32 banks
+#define RING_THREADS RTH
 #define NTK (KC / 8)        // S's n8 tiles (keys)
 #define NTD (D / 8)         // ctx's n8 tiles (columns)
 // Shared floats: the ring [RSTAGES][KC][LDR], raw scores [RWARPS][16][KP].
 #define ROWS_FLOATS(KP) (RSTAGES * KC * LDR + RWARPS * 16 * (KP))
 
+#endif
+
+#if DSPLIT  // N_HORIZONS a multiple of 8 up to 32, HIDDEN_DIM a multiple of DC; KC 16
+// The fourth version, for wide rows (D up to 1024): a block is one batch row at a time and its
+// D / DC warps split the columns; a chunk is 16 keys (one m16 tile), RSTAGES of them in a ring.
+//   S_w [16 x H] = ln_chunk[:, cols_w] . q[:, cols_w]^T    each warp's columns' share, to
+//                                                           shared memory (barrier)
+//   S = the shares summed in warp order; the online softmax over the 16 keys (lanes xor 4, 8,
+//   16), the same in every warp; P to a per-warp copy, transposed
+//   ctx_w^T [DC x H] += ln_chunk[:, cols_w]^T . P           H as the n dimension
+// Warp 0 keeps the raw scores ([H][KP]) for attn at the row's end. Two barriers a chunk.
+#define DWARPS (D / DC)
+#define RING_THREADS (32 * DWARPS)
+#define MT_D (DC / 16)   // ctx_w^T's m16 tiles (columns)
+#define LDP2 (H + 4)     // P copy rows: the B fragment reads hit 32 banks
+// Shared floats: the ring [RSTAGES][16][LDR], score shares [DWARPS][16][H], P copies
+// [DWARPS][16][LDP2], raw scores [H][KP].
+#define DSPLIT_FLOATS(KP) \
+    (RSTAGES * 16 * (D + 8) + DWARPS * 16 * H + DWARPS * 16 * LDP2 + H * (KP))
+static_assert(KC == 16 && DC % 16 == 0 && D % DC == 0 && H % 8 == 0 && H <= 32, "DSPLIT sizes");
+#endif
+
+#if ROWS || DSPLIT
+#define LDR (D + 8)  // ring rows: float2 reads along a row hit 32 banks
 // chunk w of the block's work (row blockIdx.x + w / nck * gridDim.x, keys from w % nck * KC)
 // into ring slot w % RSTAGES; one commit group a chunk, empty past the end
 __device__ __forceinline__ void ring_fetch(float* ring, const float* __restrict__ ln, int w,
@@ -171,7 +195,7 @@ __device__ __forceinline__ void ring_fetch(float* ring, const float* __restrict_
         const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
         const float* src = ln + (size_t)b * K * D;
         float* dst = ring + (w % RSTAGES) * KC * LDR;
-        for (int e = threadIdx.x; e < KC * D / 4; e += RTH) {
+        for (int e = threadIdx.x; e < KC * D / 4; e += RING_THREADS) {
             const int r = e / (D / 4), c = e % (D / 4) * 4;
             const bool ok = c0 + r < K;
             const unsigned to = (unsigned)__cvta_generic_to_shared(dst + r * LDR + c);
@@ -183,6 +207,9 @@ __device__ __forceinline__ void ring_fetch(float* ring, const float* __restrict_
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+#endif
+
+#if ROWS
 extern "C" __global__ void __launch_bounds__(RTH)
 wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
                   float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
@@ -326,7 +353,7 @@ wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
 #define LDS (KC + 4)             // sd rows: the transposed fragment reads hit 32 banks
 #define MT_L (KC / (16 * RWARPS))  // grad_ln's m16 tiles a warp
 #define ROWS_BWD_FLOATS (RSTAGES * KC * LDR + N_HORIZONS * LDS)
-static_assert(KC % (16 * RWARPS) == 0, "whole m16 tiles of keys a warp");
+#if KC % (16 * RWARPS) == 0  // whole m16 tiles of keys a warp
 
 extern "C" __global__ void __launch_bounds__(RTH)
 wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
@@ -470,9 +497,174 @@ wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
                                                      8 * r) * D + 8 * j + 2 * t) =
                 make_float2(accq[j][2 * r], accq[j][2 * r + 1]);
 }
+#endif  // KC % (16 * RWARPS)
 #endif
 
-#if BWD && !ROWS
+#if DSPLIT
+extern "C" __global__ void __launch_bounds__(RING_THREADS)
+wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
+                    float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
+                    const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int nck = (K + KC - 1) / KC, kp = nck * KC;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float* ring = smem;
+    float* share = ring + RSTAGES * KC * LDR;
+    float* pw = share + DWARPS * 16 * H + warp * 16 * LDP2;
+    float* sraw = share + DWARPS * 16 * H + DWARPS * 16 * LDP2;
+    const int d0 = warp * DC;
+    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const int total = rows * nck;
+#pragma unroll
+    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, total, nck, K);
+    float acc[MT_D][NH8][4], m[NH8][2], l[NH8][2];
+    for (int w = 0; w < total; ++w) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
+        __syncthreads();  // chunk w is in; chunk w - 1's slot and the shares are free
+        ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
+        const float* ls = ring + (w % RSTAGES) * KC * LDR;
+        if (c0 == 0) {
+            zero_acc(acc);
+#pragma unroll
+            for (int j = 0; j < NH8; ++j) {
+                m[j][0] = m[j][1] = -INFINITY;
+                l[j][0] = l[j][1] = 0.f;
+            }
+        }
+        float s[NH8][4];
+#pragma unroll
+        for (int j = 0; j < NH8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+        for (int k0 = d0; k0 < d0 + DC; k0 += 8) {
+            unsigned ab[4], as[4];
+            const float2 v0 = *reinterpret_cast<const float2*>(ls + g * LDR + k0 + 2 * t);
+            const float2 v1 = *reinterpret_cast<const float2*>(ls + (g + 8) * LDR + k0 + 2 * t);
+            split(v0.x, ab[0], as[0]);
+            split(v1.x, ab[1], as[1]);
+            split(v0.y, ab[2], as[2]);
+            split(v1.y, ab[3], as[3]);
+#pragma unroll
+            for (int j = 0; j < NH8; ++j) {
+                const float2 qv = __ldg(
+                    reinterpret_cast<const float2*>(q_h + (size_t)(8 * j + g) * D + k0 + 2 * t));
+                unsigned bb[2], bs[2];
+                split(qv.x, bb[0], bs[0]);
+                split(qv.y, bb[1], bs[1]);
+                mma_tf32(s[j], as, bb);
+                mma_tf32(s[j], ab, bs);
+                mma_tf32(s[j], ab, bb);
+            }
+        }
+        // shares [warp][key][h]: key g + 8 (e / 2), h 8j + 2t + e % 2
+#pragma unroll
+        for (int j = 0; j < NH8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                share[(warp * 16 + g + 8 * (e / 2)) * H + 8 * j + 2 * t + e % 2] = s[j][e];
+        __syncthreads();  // every warp's share is in
+#pragma unroll
+        for (int j = 0; j < NH8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = g + 8 * (e / 2), h = 8 * j + 2 * t + e % 2;
+                float v = 0.f;
+#pragma unroll
+                for (int u = 0; u < DWARPS; ++u) v += share[(u * 16 + key) * H + h];
+                v = c0 + key < K ? v * scale : -INFINITY;
+                s[j][e] = v;
+                if (warp == 0) sraw[h * kp + c0 + key] = v;
+            }
+        float alpha[NH8][2];
+#pragma unroll
+        for (int j = 0; j < NH8; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {  // horizon 8j + 2t + c: keys g and g + 8 a lane
+                float mx = fmaxf(s[j][c], s[j][c + 2]);
+                for (int o = 4; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+                const float m_new = fmaxf(m[j][c], mx);
+                alpha[j][c] = expf(m[j][c] - m_new);  // 0 at the row's first chunk
+                m[j][c] = m_new;
+                s[j][c] = expf(s[j][c] - m_new);
+                s[j][c + 2] = expf(s[j][c + 2] - m_new);
+                float sum = s[j][c] + s[j][c + 2];
+                for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+                l[j][c] = l[j][c] * alpha[j][c] + sum;
+            }
+#pragma unroll
+        for (int j = 0; j < NH8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                pw[(g + 8 * (e / 2)) * LDP2 + 8 * j + 2 * t + e % 2] = s[j][e];
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < MT_D; ++i)
+#pragma unroll
+            for (int j = 0; j < NH8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] *= alpha[j][e % 2];
+        // ctx_w^T += ln^T . P: k-step kk's keys 8kk + 2t (slot t) and 8kk + 2t + 1 (slot t + 4)
+#pragma unroll
+        for (int kk = 0; kk < KC / 8; ++kk) {
+            unsigned bb[NH8][2], bs[NH8][2];
+#pragma unroll
+            for (int j = 0; j < NH8; ++j) {
+                split(pw[(8 * kk + 2 * t) * LDP2 + 8 * j + g], bb[j][0], bs[j][0]);
+                split(pw[(8 * kk + 2 * t + 1) * LDP2 + 8 * j + g], bb[j][1], bs[j][1]);
+            }
+            const float* lk = ls + (8 * kk + 2 * t) * LDR + d0 + g;
+#pragma unroll
+            for (int i = 0; i < MT_D; ++i) {
+                unsigned ab[4], as[4];
+                split(lk[16 * i], ab[0], as[0]);
+                split(lk[16 * i + 8], ab[1], as[1]);
+                split(lk[LDR + 16 * i], ab[2], as[2]);
+                split(lk[LDR + 16 * i + 8], ab[3], as[3]);
+#pragma unroll
+                for (int j = 0; j < NH8; ++j) {
+                    mma_tf32(acc[i][j], as, bb[j]);
+                    mma_tf32(acc[i][j], ab, bs[j]);
+                    mma_tf32(acc[i][j], ab, bb[j]);
+                }
+            }
+        }
+        if (c0 + KC >= K) {  // the row's last chunk: ctx from the registers, attn (warp 0)
+            const size_t row = (size_t)b * H;
+#pragma unroll
+            for (int i = 0; i < MT_D; ++i)
+#pragma unroll
+                for (int j = 0; j < NH8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        ctx[(row + 8 * j + 2 * t + e % 2) * D + d0 + 16 * i + g + 8 * (e / 2)] =
+                            acc[i][j][e] / l[j][e % 2];
+            if (warp == 0) {
+                __syncwarp();  // sraw is complete
+                for (int e0 = 0; e0 < H * K; e0 += 32) {  // every lane through every shuffle
+                    const int e = min(e0 + lane, H * K - 1), h = e / K, k = e % K;
+                    float mh = 0.f, lh = 1.f;
+#pragma unroll
+                    for (int j = 0; j < NH8; ++j)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {  // horizon 8j + 2t + c sits in lane t
+                            const float mv = __shfl_sync(FULL_MASK, m[j][c], (h % 8) / 2);
+                            const float lv = __shfl_sync(FULL_MASK, l[j][c], (h % 8) / 2);
+                            if (h / 8 == j && h % 2 == c) {
+                                mh = mv;
+                                lh = lv;
+                            }
+                        }
+                    if (e0 + lane < H * K) attn[row * K + e] = expf(sraw[h * kp + k] - mh) / lh;
+                }
+                __syncwarp();  // sraw is read before the next row's scores
+            }
+        }
+    }
+}
+#endif
+
+#if BWD && !ROWS && !DSPLIT
 // Backward given the forward's ctx (the softmax correction c = grad_ctx . ctx), N_HORIZONS a
 // multiple of 16. Per chunk of KC keys, with G = grad_ctx[b] and A = attn[b] at those keys:
 //   dw^T [KC x H]     = ln_chunk . G^T;  sd = scale * A * (dw - c)     (warps split the keys)
