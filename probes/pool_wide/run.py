@@ -185,108 +185,77 @@ def main(out: str, versions: set[str]) -> None:
         entry = {"H": h, "D": d, "B": b, "K": k, "floor_us": floor, "library": library,
                  "forward": [], "backward": []}
         scale = np.float32(1 / np.sqrt(d))
-        for (kc, stages), grid in itertools.product(ROWS_POINTS if "rows" in versions else (),
-                                                    GRIDS):
-            floats = rows_floats(h, d, kc, stages, k)
-            if not rows_fit(h, d, floats):
-                continue
-            warps = h // 16
-            fn = variants.get("wide_forward_rows", ROWS=1, N_HORIZONS=h, HIDDEN_DIM=d, KC=kc,
-                              RSTAGES=stages)
+
+        def forward(fn: Any, warps: int, floats: int, grid: str, **fields: Any) -> None:
+            """One forward variant: checked, rerun, timed, said, kept."""
             n = blocks(fn, 4 * floats, warps, b, grid)
             o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
 
-            def run(fn=fn, n=n, warps=warps, floats=floats, o_ctx=o_ctx, o_attn=o_attn):
+            def run() -> None:
                 fn(d_q.gpudata, d_ln.gpudata, o_ctx.gpudata, o_attn.gpudata, np.int32(b),
                    np.int32(k), scale, grid=(n, 1, 1), block=(32 * warps, 1, 1),
                    shared=4 * floats)
-            p = point(run, lambda o_ctx=o_ctx, o_attn=o_attn: (o_ctx.get(), o_attn.get()),
-                      want_fwd, f32_fwd, ("ctx", "attn"), blocks=n, registers=fn.num_regs,
-                      WARPS=warps, KC=kc, TF32_RN=0, grid=grid, RSTAGES=stages,
-                      version="rows")
+            p = point(run, lambda: (o_ctx.get(), o_attn.get()), want_fwd, f32_fwd,
+                      ("ctx", "attn"), blocks=n, registers=fn.num_regs, WARPS=warps, grid=grid,
+                      **fields)
             entry["forward"].append(p)
             say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
-            floats = rows_backward_floats(h, d, kc, stages)
-            if kc % (16 * warps) == 0 and rows_fit(h, d, floats):
-                fn = variants.get("wide_backward_rows", ROWS=1, N_HORIZONS=h, HIDDEN_DIM=d, KC=kc,
-                                  RSTAGES=stages)
-                n = blocks(fn, 4 * floats, warps, b, grid)
-                o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
-                sums = []
 
-                def run(fn=fn, n=n, warps=warps, floats=floats, o_gln=o_gln, scratch=scratch,
-                        sums=sums):
-                    fn(d_q.gpudata, d_ln.gpudata, d_attn.gpudata, d_g.gpudata, d_ctx.gpudata,
-                       o_gln.gpudata, scratch.gpudata, np.int32(b), np.int32(k), scale,
-                       grid=(n, 1, 1), block=(32 * warps, 1, 1), shared=4 * floats)
-                    sums[:] = [reducer().sum_rows(scratch, n, h * d, None, (h, d))]
-                p = point(run, lambda o_gln=o_gln, sums=sums: (sums[0].get(), o_gln.get()),
-                          want_bwd, f32_bwd, ("grad_q_h", "grad_ln"), blocks=n,
-                          registers=fn.num_regs, WARPS=warps, KC=kc, TF32_RN=0, grid=grid,
-                          RSTAGES=stages, version="rows")
-                entry["backward"].append(p)
-                say("bwd", (h, d, b, k), p, library["backward_us"], floor["backward"])
+        def backward(fn: Any, warps: int, floats: int, grid: str, **fields: Any) -> None:
+            """One backward variant (given ctx; grad_q_h through the library's reduce)."""
+            n = blocks(fn, 4 * floats, warps, b, grid)
+            o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
+            sums = []
+
+            def run() -> None:
+                fn(d_q.gpudata, d_ln.gpudata, d_attn.gpudata, d_g.gpudata, d_ctx.gpudata,
+                   o_gln.gpudata, scratch.gpudata, np.int32(b), np.int32(k), scale,
+                   grid=(n, 1, 1), block=(32 * warps, 1, 1), shared=4 * floats)
+                sums[:] = [reducer().sum_rows(scratch, n, h * d, None, (h, d))]
+            p = point(run, lambda: (sums[0].get(), o_gln.get()), want_bwd, f32_bwd,
+                      ("grad_q_h", "grad_ln"), blocks=n, registers=fn.num_regs, WARPS=warps,
+                      grid=grid, **fields)
+            entry["backward"].append(p)
+            say("bwd", (h, d, b, k), p, library["backward_us"], floor["backward"])
+
+        def keep() -> None:  # after each point: a cut run keeps what it measured
             Path(out).write_text(json.dumps({**record, "shapes": [*record["shapes"], entry]},
                                             indent=1))
+
+        for (kc, stages), grid in itertools.product(ROWS_POINTS if "rows" in versions else (),
+                                                    GRIDS):
+            floats, warps = rows_floats(h, d, kc, stages, k), h // 16
+            if not rows_fit(h, d, floats):
+                continue
+            sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "KC": kc, "RSTAGES": stages}
+            fields = {"KC": kc, "TF32_RN": 0, "RSTAGES": stages, "version": "rows"}
+            forward(variants.get("wide_forward_rows", ROWS=1, **sizes), warps, floats, grid,
+                    **fields)
+            floats = rows_backward_floats(h, d, kc, stages)
+            if kc % (16 * warps) == 0 and rows_fit(h, d, floats):
+                backward(variants.get("wide_backward_rows", ROWS=1, **sizes), warps, floats,
+                         grid, **fields)
+            keep()
         for (dc, stages), grid in itertools.product(
                 dsplit_points(h, d) if "dsplit" in versions else (), GRIDS):
             floats = dsplit_floats(h, d, dc, stages, k)
-            if 4 * floats > device.max_shared_bytes():
-                continue
-            warps = d // dc
-            fn = variants.get("wide_forward_dsplit", DSPLIT=1, N_HORIZONS=h, HIDDEN_DIM=d, DC=dc,
-                              KC=16, RSTAGES=stages)
-            n = blocks(fn, 4 * floats, warps, b, grid)
-            o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
-
-            def run(fn=fn, n=n, warps=warps, floats=floats, o_ctx=o_ctx, o_attn=o_attn):
-                fn(d_q.gpudata, d_ln.gpudata, o_ctx.gpudata, o_attn.gpudata, np.int32(b),
-                   np.int32(k), scale, grid=(n, 1, 1), block=(32 * warps, 1, 1),
-                   shared=4 * floats)
-            p = point(run, lambda o_ctx=o_ctx, o_attn=o_attn: (o_ctx.get(), o_attn.get()),
-                      want_fwd, f32_fwd, ("ctx", "attn"), blocks=n, registers=fn.num_regs,
-                      WARPS=warps, KC=16, TF32_RN=0, grid=grid, RSTAGES=stages, DC=dc,
-                      version="dsplit")
-            entry["forward"].append(p)
-            say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
-            Path(out).write_text(json.dumps({**record, "shapes": [*record["shapes"], entry]},
-                                            indent=1))
+            if 4 * floats <= device.max_shared_bytes():
+                fn = variants.get("wide_forward_dsplit", DSPLIT=1, N_HORIZONS=h, HIDDEN_DIM=d,
+                                  DC=dc, KC=16, RSTAGES=stages)
+                forward(fn, d // dc, floats, grid, KC=16, TF32_RN=0, RSTAGES=stages, DC=dc,
+                        version="dsplit")
+                keep()
         for (warps, kc), rn, grid in itertools.product(POINTS if "first" in versions else (),
                                                        ROUNDING, GRIDS):
-            fields = {"WARPS": warps, "KC": kc, "TF32_RN": rn, "grid": grid}
+            sizes = first_versions(h, d, warps, kc, rn)
             floats = forward_floats(h, d, kc, k)
             if fits(h, d, warps, kc, floats, False):
-                fn = variants.get("wide_forward", **first_versions(h, d, warps, kc, rn))
-                n = blocks(fn, 4 * floats, warps, b, grid)
-                o_ctx, o_attn = ga.empty((b, h, d), np.float32), ga.empty((b, h, k), np.float32)
-
-                def run(fn=fn, n=n, warps=warps, floats=floats, o_ctx=o_ctx, o_attn=o_attn):
-                    fn(d_q.gpudata, d_ln.gpudata, o_ctx.gpudata, o_attn.gpudata, np.int32(b),
-                       np.int32(k), scale, grid=(n, 1, 1), block=(32 * warps, 1, 1),
-                       shared=4 * floats)
-                p = point(run, lambda o_ctx=o_ctx, o_attn=o_attn: (o_ctx.get(), o_attn.get()),
-                          want_fwd, f32_fwd, ("ctx", "attn"), blocks=n, registers=fn.num_regs,
-                          **fields)
-                entry["forward"].append(p)
-                say("fwd", (h, d, b, k), p, library["forward_us"], floor["forward"])
+                forward(variants.get("wide_forward", **sizes), warps, floats, grid, KC=kc,
+                        TF32_RN=rn)
             floats = backward_floats(h, d, kc)
             if fits(h, d, warps, kc, floats, True):
-                fn = variants.get("wide_backward", **first_versions(h, d, warps, kc, rn))
-                n = blocks(fn, 4 * floats, warps, b, grid)
-                o_gln, scratch = ga.empty((b, k, d), np.float32), ga.empty((n, h * d), np.float32)
-                sums = []
-
-                def run(fn=fn, n=n, warps=warps, floats=floats, o_gln=o_gln, scratch=scratch,
-                        sums=sums):
-                    fn(d_q.gpudata, d_ln.gpudata, d_attn.gpudata, d_g.gpudata, d_ctx.gpudata,
-                       o_gln.gpudata, scratch.gpudata, np.int32(b), np.int32(k), scale,
-                       grid=(n, 1, 1), block=(32 * warps, 1, 1), shared=4 * floats)
-                    sums[:] = [reducer().sum_rows(scratch, n, h * d, None, (h, d))]
-                p = point(run, lambda o_gln=o_gln, sums=sums: (sums[0].get(), o_gln.get()),
-                          want_bwd, f32_bwd, ("grad_q_h", "grad_ln"), blocks=n,
-                          registers=fn.num_regs, **fields)
-                entry["backward"].append(p)
-                say("bwd", (h, d, b, k), p, library["backward_us"], floor["backward"])
+                backward(variants.get("wide_backward", **sizes), warps, floats, grid, KC=kc,
+                         TF32_RN=rn)
         record["shapes"].append(entry)
         Path(out).write_text(json.dumps(record, indent=1))  # after each shape: a cut run keeps it
 

@@ -207,9 +207,87 @@ __device__ __forceinline__ void ring_fetch(float* ring, const float* __restrict_
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+// The block's chunks (rows blockIdx.x + i*gridDim.x, nck chunks a row): the first RSTAGES - 1
+// in flight; returns how many there are
+__device__ __forceinline__ int ring_start(float* ring, const float* __restrict__ ln, int B,
+                                          int nck, int K)
+{
+    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+#pragma unroll
+    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, rows * nck, nck, K);
+    return rows * nck;
+}
+
+// Chunk w's slot once the block's copies are in (a barrier: chunk w - 1's slot, and whatever
+// the block wrote during chunk w - 1, is free after it); chunk w + RSTAGES - 1 goes in flight
+__device__ __forceinline__ const float* ring_next(float* ring, const float* __restrict__ ln,
+                                                  int w, int total, int nck, int K)
+{
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
+    __syncthreads();
+    ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
+    return ring + (w % RSTAGES) * KC * LDR;
+}
+
 #endif
 
 #if ROWS
+// S [16 x KC] = X_w [16 x D] . ln_chunk^T into s (zeroed here), X_w's rows g and g + 8 at xa
+// and xa + 8 D (column 2t of each k-step), read through L1
+__device__ __forceinline__ void rows_scores(float (&s)[NTK][4], const float* __restrict__ xa,
+                                            const float* ls)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int j = 0; j < NTK; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+    for (int k0 = 0; k0 < D; k0 += 8) {
+        unsigned ab[4], as[4];
+        const float2 x0 = __ldg(reinterpret_cast<const float2*>(xa + k0));
+        const float2 x1 = __ldg(reinterpret_cast<const float2*>(xa + 8 * D + k0));
+        split(x0.x, ab[0], as[0]);
+        split(x1.x, ab[1], as[1]);
+        split(x0.y, ab[2], as[2]);
+        split(x1.y, ab[3], as[3]);
+#pragma unroll
+        for (int j = 0; j < NTK; ++j) {
+            const float2 v = *reinterpret_cast<const float2*>(ls + (8 * j + g) * LDR + k0 + 2 * t);
+            unsigned bb[2], bs[2];
+            split(v.x, bb[0], bs[0]);
+            split(v.y, bb[1], bs[1]);
+            mma_tf32(s[j], as, bb);
+            mma_tf32(s[j], ab, bs);
+            mma_tf32(s[j], ab, bb);
+        }
+    }
+}
+
+// acc [16 x D] += P . ln_chunk with P in the accumulators s: k-step kk's A fragments are S's
+// tile kk as it is (rows g, g + 8; keys 2t, 2t + 1 in slots t, t + 4)
+__device__ __forceinline__ void rows_times_ln(float (&acc)[NTD][4], const float (&s)[NTK][4],
+                                              const float* ls)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < NTK; ++kk) {
+        unsigned ab[4], as[4];
+        split(s[kk][0], ab[0], as[0]);
+        split(s[kk][2], ab[1], as[1]);
+        split(s[kk][1], ab[2], as[2]);
+        split(s[kk][3], ab[3], as[3]);
+        const float* lk = ls + (8 * kk + 2 * t) * LDR + g;
+#pragma unroll
+        for (int j = 0; j < NTD; ++j) {
+            unsigned bb[2], bs[2];
+            split(lk[8 * j], bb[0], bs[0]);
+            split(lk[LDR + 8 * j], bb[1], bs[1]);
+            mma_tf32(acc[j], as, bb);
+            mma_tf32(acc[j], ab, bs);
+            mma_tf32(acc[j], ab, bb);
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(RTH)
 wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
                   float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
@@ -222,17 +300,11 @@ wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
     float* sw = ring + RSTAGES * KC * LDR + warp * 16 * kp;  // this warp's raw scores
     const int h0 = 16 * warp;
     const float* qa = q_h + (size_t)(h0 + g) * D + 2 * t;  // rows g and g + 8 of q_w
-    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const int total = rows * nck;
-#pragma unroll
-    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, total, nck, K);
+    const int total = ring_start(ring, ln, B, nck, K);
     float acc[NTD][4], m[2], l[2];
     for (int w = 0; w < total; ++w) {
         const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
-        asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
-        __syncthreads();  // chunk w is in; chunk w - 1's slot is free
-        ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
-        const float* ls = ring + (w % RSTAGES) * KC * LDR;
+        const float* ls = ring_next(ring, ln, w, total, nck, K);
         if (c0 == 0) {
 #pragma unroll
             for (int j = 0; j < NTD; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
@@ -240,29 +312,7 @@ wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
             l[0] = l[1] = 0.f;
         }
         float s[NTK][4];
-#pragma unroll
-        for (int j = 0; j < NTK; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 4
-        for (int k0 = 0; k0 < D; k0 += 8) {
-            unsigned ab[4], as[4];
-            const float2 q0 = __ldg(reinterpret_cast<const float2*>(qa + k0));
-            const float2 q1 = __ldg(reinterpret_cast<const float2*>(qa + 8 * D + k0));
-            split(q0.x, ab[0], as[0]);
-            split(q1.x, ab[1], as[1]);
-            split(q0.y, ab[2], as[2]);
-            split(q1.y, ab[3], as[3]);
-#pragma unroll
-            for (int j = 0; j < NTK; ++j) {
-                const float2 v =
-                    *reinterpret_cast<const float2*>(ls + (8 * j + g) * LDR + k0 + 2 * t);
-                unsigned bb[2], bs[2];
-                split(v.x, bb[0], bs[0]);
-                split(v.y, bb[1], bs[1]);
-                mma_tf32(s[j], as, bb);
-                mma_tf32(s[j], ab, bs);
-                mma_tf32(s[j], ab, bb);
-            }
-        }
+        rows_scores(s, qa, ls);
         // S's rows g (e 0, 1) and g + 8 (e 2, 3): scaled, keys past K masked, kept for attn
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -296,26 +346,7 @@ wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
         for (int j = 0; j < NTD; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[j][e] *= alpha[e / 2];
-        // ctx_w += P . ln_chunk: k-step kk's A fragments are S's tile kk (rows g, g + 8;
-        // keys 2t, 2t + 1 in slots t, t + 4)
-#pragma unroll
-        for (int kk = 0; kk < NTK; ++kk) {
-            unsigned ab[4], as[4];
-            split(s[kk][0], ab[0], as[0]);
-            split(s[kk][2], ab[1], as[1]);
-            split(s[kk][1], ab[2], as[2]);
-            split(s[kk][3], ab[3], as[3]);
-            const float* lk = ls + (8 * kk + 2 * t) * LDR + g;
-#pragma unroll
-            for (int j = 0; j < NTD; ++j) {
-                unsigned bb[2], bs[2];
-                split(lk[8 * j], bb[0], bs[0]);
-                split(lk[LDR + 8 * j], bb[1], bs[1]);
-                mma_tf32(acc[j], as, bb);
-                mma_tf32(acc[j], ab, bs);
-                mma_tf32(acc[j], ab, bb);
-            }
-        }
+        rows_times_ln(acc, s, ls);  // ctx_w += P . ln_chunk
         if (c0 + KC >= K) {  // the row's last chunk: ctx from the registers, attn from sw
             const size_t row = (size_t)b * N_HORIZONS + h0;
 #pragma unroll
@@ -367,20 +398,14 @@ wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
     float* ring = smem;
     float* sds = ring + RSTAGES * KC * LDR;
     const int h0 = 16 * warp;
-    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const int total = rows * nck;
-#pragma unroll
-    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, total, nck, K);
+    const int total = ring_start(ring, ln, B, nck, K);
     float accq[NTD][4], c[2];
 #pragma unroll
     for (int j = 0; j < NTD; ++j) accq[j][0] = accq[j][1] = accq[j][2] = accq[j][3] = 0.f;
     for (int w = 0; w < total; ++w) {
         const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
         const size_t row = (size_t)b * N_HORIZONS;
-        asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
-        __syncthreads();  // chunk w is in; chunk w - 1's slot and sd are free
-        ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
-        const float* ls = ring + (w % RSTAGES) * KC * LDR;
+        const float* ls = ring_next(ring, ln, w, total, nck, K);  // sd free too
         const float* ga = grad_ctx + (row + h0 + g) * D + 2 * t;  // G_w's rows g and g + 8
         if (c0 == 0) {  // c for rows g and g + 8: a quad splits D
 #pragma unroll
@@ -393,29 +418,7 @@ wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
             }
         }
         float s[NTK][4];
-#pragma unroll
-        for (int j = 0; j < NTK; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 4
-        for (int k0 = 0; k0 < D; k0 += 8) {
-            unsigned ab[4], as[4];
-            const float2 g0 = __ldg(reinterpret_cast<const float2*>(ga + k0));
-            const float2 g1 = __ldg(reinterpret_cast<const float2*>(ga + 8 * D + k0));
-            split(g0.x, ab[0], as[0]);
-            split(g1.x, ab[1], as[1]);
-            split(g0.y, ab[2], as[2]);
-            split(g1.y, ab[3], as[3]);
-#pragma unroll
-            for (int j = 0; j < NTK; ++j) {
-                const float2 v =
-                    *reinterpret_cast<const float2*>(ls + (8 * j + g) * LDR + k0 + 2 * t);
-                unsigned bb[2], bs[2];
-                split(v.x, bb[0], bs[0]);
-                split(v.y, bb[1], bs[1]);
-                mma_tf32(s[j], as, bb);
-                mma_tf32(s[j], ab, bs);
-                mma_tf32(s[j], ab, bb);
-            }
-        }
+        rows_scores(s, ga, ls);
         // sd at rows g (e 0, 1) and g + 8 (e 2, 3), keys past K zero; into shared memory too
 #pragma unroll
         for (int j = 0; j < NTK; ++j)
@@ -426,25 +429,7 @@ wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
                 s[j][e] = scale * a * (s[j][e] - c[e / 2]);
                 sds[hr * LDS + key] = s[j][e];
             }
-        // grad_q_w += sd . ln_chunk
-#pragma unroll
-        for (int kk = 0; kk < NTK; ++kk) {
-            unsigned ab[4], as[4];
-            split(s[kk][0], ab[0], as[0]);
-            split(s[kk][2], ab[1], as[1]);
-            split(s[kk][1], ab[2], as[2]);
-            split(s[kk][3], ab[3], as[3]);
-            const float* lk = ls + (8 * kk + 2 * t) * LDR + g;
-#pragma unroll
-            for (int j = 0; j < NTD; ++j) {
-                unsigned bb[2], bs[2];
-                split(lk[8 * j], bb[0], bs[0]);
-                split(lk[LDR + 8 * j], bb[1], bs[1]);
-                mma_tf32(accq[j], as, bb);
-                mma_tf32(accq[j], ab, bs);
-                mma_tf32(accq[j], ab, bb);
-            }
-        }
+        rows_times_ln(accq, s, ls);  // grad_q_w += sd . ln_chunk
         __syncthreads();  // every warp's sd is in
 #pragma unroll
         for (int i = 0; i < MT_L; ++i) {
@@ -514,17 +499,11 @@ wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
     float* pw = share + DWARPS * 16 * H + warp * 16 * LDP2;
     float* sraw = share + DWARPS * 16 * H + DWARPS * 16 * LDP2;
     const int d0 = warp * DC;
-    const int rows = blockIdx.x < B ? (B - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const int total = rows * nck;
-#pragma unroll
-    for (int w = 0; w < RSTAGES - 1; ++w) ring_fetch(ring, ln, w, total, nck, K);
+    const int total = ring_start(ring, ln, B, nck, K);
     float acc[MT_D][NH8][4], m[NH8][2], l[NH8][2];
     for (int w = 0; w < total; ++w) {
         const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
-        asm volatile("cp.async.wait_group %0;\n" :: "n"(RSTAGES - 2) : "memory");
-        __syncthreads();  // chunk w is in; chunk w - 1's slot and the shares are free
-        ring_fetch(ring, ln, w + RSTAGES - 1, total, nck, K);
-        const float* ls = ring + (w % RSTAGES) * KC * LDR;
+        const float* ls = ring_next(ring, ln, w, total, nck, K);  // the shares free too
         if (c0 == 0) {
             zero_acc(acc);
 #pragma unroll
