@@ -1,5 +1,6 @@
-"""wide_forward_rows and wide_backward_rows (wide.cu's third version) and wide_forward_dsplit
-(its fourth) emulated on the CPU, lane by lane, to check their fragment indexing, online
+"""wide.cu's third version (wide_forward_rows, wide_backward_rows) and its fourth
+(wide_forward_dsplit, wide_backward_dsplit) emulated on the CPU, lane by lane, to check their
+fragment indexing, online
 softmax and shared-memory hand-offs against the float64 reference before any GPU time: each
 mma.sync m16n8k8 is rebuilt from the 32 lanes' registers by the PTX layouts (A: a0 (g, t),
 a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (t, g), b1 (t+4, g); C: c0 (g, 2t), c1 (g, 2t+1),
@@ -179,84 +180,93 @@ def block_rows_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: n
     return grad_q, grad_ln
 
 
+def dsplit_shares(x: np.ndarray, ls: np.ndarray, dc: int) -> np.ndarray:
+    """dsplit_scores: every warp's share of ln_chunk . X^T, then the sum in warp order, in the
+    accumulator layout [NH8, 4, 32] (the same in every warp)."""
+    d, nh8 = ls.shape[1], x.shape[0] // 8
+    share = np.full((d // dc, 16, x.shape[0]), np.nan)
+    for w in range(d // dc):
+        s = np.zeros((nh8, 4, 32))
+        for k0 in range(w * dc, (w + 1) * dc, 8):
+            a = np.stack([ls[G, k0 + 2 * T], ls[G + 8, k0 + 2 * T], ls[G, k0 + 2 * T + 1],
+                          ls[G + 8, k0 + 2 * T + 1]])
+            for j in range(nh8):
+                s[j] = mma(s[j], a, np.stack([x[8 * j + G, k0 + 2 * T],
+                                              x[8 * j + G, k0 + 2 * T + 1]]))
+        for j in range(nh8):
+            for e in range(4):
+                share[w, G + 8 * (e // 2), 8 * j + 2 * T + e % 2] = s[j, e]
+    out = np.zeros((nh8, 4, 32))
+    for j in range(nh8):
+        for e in range(4):
+            for u in range(d // dc):
+                out[j, e] = out[j, e] + share[u, G + 8 * (e // 2), 8 * j + 2 * T + e % 2]
+    return out
+
+
+def dsplit_times(acc: np.ndarray, yw: np.ndarray, ls: np.ndarray, d0: int) -> None:
+    """dsplit_times: acc [MT_D, NH8, 4, 32] += ln_chunk[:, cols]^T . Y, Y the warp's copy."""
+    for kk in range(2):
+        bm = [np.stack([yw[8 * kk + 2 * T, 8 * j + G], yw[8 * kk + 2 * T + 1, 8 * j + G]])
+              for j in range(acc.shape[1])]
+        for i in range(acc.shape[0]):
+            a = np.stack([ls[8 * kk + 2 * T, d0 + 16 * i + G],
+                          ls[8 * kk + 2 * T, d0 + 16 * i + G + 8],
+                          ls[8 * kk + 2 * T + 1, d0 + 16 * i + G],
+                          ls[8 * kk + 2 * T + 1, d0 + 16 * i + G + 8]])
+            for j in range(acc.shape[1]):
+                acc[i, j] = mma(acc[i, j], a, bm[j])
+
+
 def block_dsplit(q: np.ndarray, ln: np.ndarray, dc: int, scale: float
                  ) -> tuple[np.ndarray, np.ndarray]:
     """wide_forward_dsplit on one batch row: (ctx [H, D], attn [H, K])."""
     k_, d = ln.shape
     h_all = q.shape[0]
-    warps, nh8, mt_d, kc = d // dc, h_all // 8, dc // 16, 16
-    nck = -(-k_ // kc)
-    kp = nck * kc
+    warps, nh8, mt_d = d // dc, h_all // 8, dc // 16
+    kp = -(-k_ // 16) * 16
     sraw = np.full((h_all, kp), np.nan)
     acc = np.zeros((warps, mt_d, nh8, 4, 32))
-    m, l = np.full((warps, nh8, 2, 32), -np.inf), np.zeros((warps, nh8, 2, 32))
-    for ck in range(nck):
-        c0 = ck * kc
-        ls = np.zeros((kc, d))
-        ls[:max(0, min(kc, k_ - c0))] = ln[c0:c0 + kc]
-        share = np.full((warps, 16, h_all), np.nan)
+    m, l = np.full((nh8, 2, 32), -np.inf), np.zeros((nh8, 2, 32))  # the same in every warp
+    for c0 in range(0, k_, 16):
+        ls = np.zeros((16, d))
+        ls[:min(16, k_ - c0)] = ln[c0:c0 + 16]
+        s = dsplit_shares(q, ls, dc)
+        for j in range(nh8):
+            for e in range(4):
+                key, h = G + 8 * (e // 2), 8 * j + 2 * T + e % 2
+                s[j, e] = np.where(c0 + key < k_, s[j, e] * scale, -np.inf)
+                sraw[h, c0 + key] = s[j, e]
+        alpha = np.zeros((nh8, 2, 32))
+        for j in range(nh8):
+            for c in range(2):
+                mx = np.maximum(s[j, c], s[j, c + 2])
+                for o in (4, 8, 16):
+                    mx = np.maximum(mx, mx[LANE ^ o])
+                m_new = np.maximum(m[j, c], mx)
+                alpha[j, c] = np.exp(m[j, c] - m_new)
+                m[j, c] = m_new
+                s[j, c] = np.exp(s[j, c] - m_new)
+                s[j, c + 2] = np.exp(s[j, c + 2] - m_new)
+                total = s[j, c] + s[j, c + 2]
+                for o in (4, 8, 16):
+                    total = total + total[LANE ^ o]
+                l[j, c] = l[j, c] * alpha[j, c] + total
+        pw = np.full((16, h_all), np.nan)
+        for j in range(nh8):
+            for e in range(4):
+                pw[G + 8 * (e // 2), 8 * j + 2 * T + e % 2] = s[j, e]
         for w in range(warps):
-            s = np.zeros((nh8, 4, 32))
-            for k0 in range(w * dc, (w + 1) * dc, 8):
-                a = np.stack([ls[G, k0 + 2 * T], ls[G + 8, k0 + 2 * T], ls[G, k0 + 2 * T + 1],
-                              ls[G + 8, k0 + 2 * T + 1]])
-                for j in range(nh8):
-                    s[j] = mma(s[j], a, np.stack([q[8 * j + G, k0 + 2 * T],
-                                                  q[8 * j + G, k0 + 2 * T + 1]]))
-            for j in range(nh8):
-                for e in range(4):
-                    share[w, G + 8 * (e // 2), 8 * j + 2 * T + e % 2] = s[j, e]
-        for w in range(warps):  # after the barrier, every warp the same softmax
-            s = np.zeros((nh8, 4, 32))
-            for j in range(nh8):
-                for e in range(4):
-                    key, h = G + 8 * (e // 2), 8 * j + 2 * T + e % 2
-                    v = np.zeros(32)
-                    for u in range(warps):
-                        v = v + share[u, key, h]
-                    v = np.where(c0 + key < k_, v * scale, -np.inf)
-                    s[j, e] = v
-                    if w == 0:
-                        sraw[h, c0 + key] = v
-            alpha = np.zeros((nh8, 2, 32))
-            for j in range(nh8):
-                for c in range(2):
-                    mx = np.maximum(s[j, c], s[j, c + 2])
-                    for o in (4, 8, 16):
-                        mx = np.maximum(mx, mx[LANE ^ o])
-                    m_new = np.maximum(m[w, j, c], mx)
-                    alpha[j, c] = np.exp(m[w, j, c] - m_new)
-                    m[w, j, c] = m_new
-                    s[j, c] = np.exp(s[j, c] - m_new)
-                    s[j, c + 2] = np.exp(s[j, c + 2] - m_new)
-                    total = s[j, c] + s[j, c + 2]
-                    for o in (4, 8, 16):
-                        total = total + total[LANE ^ o]
-                    l[w, j, c] = l[w, j, c] * alpha[j, c] + total
-            pw = np.full((16, h_all), np.nan)
-            for j in range(nh8):
-                for e in range(4):
-                    pw[G + 8 * (e // 2), 8 * j + 2 * T + e % 2] = s[j, e]
             for e in range(4):
                 acc[w, :, :, e] *= alpha[:, e % 2]
-            d0 = w * dc
-            for kk in range(kc // 8):
-                bm = [np.stack([pw[8 * kk + 2 * T, 8 * j + G], pw[8 * kk + 2 * T + 1, 8 * j + G]])
-                      for j in range(nh8)]
-                for i in range(mt_d):
-                    a = np.stack([ls[8 * kk + 2 * T, d0 + 16 * i + G],
-                                  ls[8 * kk + 2 * T, d0 + 16 * i + G + 8],
-                                  ls[8 * kk + 2 * T + 1, d0 + 16 * i + G],
-                                  ls[8 * kk + 2 * T + 1, d0 + 16 * i + G + 8]])
-                    for j in range(nh8):
-                        acc[w, i, j] = mma(acc[w, i, j], a, bm[j])
+            dsplit_times(acc[w], pw, ls, w * dc)
     ctx = np.full((h_all, d), np.nan)
     for w in range(warps):
         for i in range(mt_d):
             for j in range(nh8):
                 for e in range(4):
                     ctx[8 * j + 2 * T + e % 2, w * dc + 16 * i + G + 8 * (e // 2)] = \
-                        acc[w, i, j, e] / l[w, j, e % 2]
+                        acc[w, i, j, e] / l[j, e % 2]
     attn = np.full((h_all, k_), np.nan)
     for e0 in range(0, h_all * k_, 32):
         e = np.minimum(e0 + LANE, h_all * k_ - 1)
@@ -264,12 +274,73 @@ def block_dsplit(q: np.ndarray, ln: np.ndarray, dc: int, scale: float
         mh, lh = np.zeros(32), np.ones(32)
         for j in range(nh8):
             for c in range(2):
-                mv, lv = m[0, j, c][(h % 8) // 2], l[0, j, c][(h % 8) // 2]
+                mv, lv = m[j, c][(h % 8) // 2], l[j, c][(h % 8) // 2]
                 sel = (h // 8 == j) & (h % 2 == c)
                 mh, lh = np.where(sel, mv, mh), np.where(sel, lv, lh)
         ok = e0 + LANE < h_all * k_
         attn[h[ok], k[ok]] = (np.exp(sraw[h, k] - mh) / lh)[ok]
     return ctx, attn
+
+
+def block_dsplit_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: np.ndarray,
+                          ctx: np.ndarray, dc: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """wide_backward_dsplit over every batch row in one block: (grad_q_h partial, grad_ln)."""
+    nb, k_, d = ln.shape
+    h_all = q.shape[0]
+    warps, nh8, mt_d = d // dc, h_all // 8, dc // 16
+    accq = np.zeros((warps, mt_d, nh8, 4, 32))
+    grad_ln = np.full((nb, k_, d), np.nan)
+    for b in range(nb):
+        c = np.zeros((nh8, 2, 32))
+        for j in range(nh8):
+            for cc in range(2):
+                h = 8 * j + 2 * T + cc
+                v = np.zeros(32)
+                for dd in range(0, d, 8):
+                    v = v + gctx[b, h, dd + G] * ctx[b, h, dd + G]
+                for o in (4, 8, 16):
+                    v = v + v[LANE ^ o]
+                c[j, cc] = v
+        for c0 in range(0, k_, 16):
+            ls = np.zeros((16, d))
+            ls[:min(16, k_ - c0)] = ln[b, c0:c0 + 16]
+            dw = dsplit_shares(gctx[b], ls, dc)
+            for w in range(warps):
+                d0 = w * dc
+                s, a = np.zeros((nh8, 4, 32)), np.zeros((nh8, 4, 32))
+                yw = np.full((16, h_all), np.nan)
+                for j in range(nh8):
+                    for e in range(4):
+                        key, h = G + 8 * (e // 2), 8 * j + 2 * T + e % 2
+                        ok = c0 + key < k_
+                        a[j, e] = np.where(ok, attn[b, h, np.minimum(c0 + key, k_ - 1)], 0.0)
+                        s[j, e] = scale * a[j, e] * (dw[j, e] - c[j, e % 2])
+                        yw[key, h] = s[j, e]
+                dsplit_times(accq[w], yw, ls, d0)
+                accl = np.zeros((dc // 8, 4, 32))
+                for part in range(2):
+                    for j in range(nh8):
+                        x = s[j] if part else a[j]
+                        frag = np.stack([x[0], x[2], x[1], x[3]])
+                        src = q if part else gctx[b]
+                        for n in range(dc // 8):
+                            bm = np.stack([src[8 * j + 2 * T, d0 + 8 * n + G],
+                                           src[8 * j + 2 * T + 1, d0 + 8 * n + G]])
+                            accl[n] = mma(accl[n], frag, bm)
+                for r in range(2):
+                    key = c0 + G + 8 * r
+                    ok = key < k_
+                    for n in range(dc // 8):
+                        grad_ln[b, key[ok], (d0 + 8 * n + 2 * T)[ok]] = accl[n, 2 * r][ok]
+                        grad_ln[b, key[ok], (d0 + 8 * n + 2 * T + 1)[ok]] = accl[n, 2 * r + 1][ok]
+    grad_q = np.full((h_all, d), np.nan)
+    for w in range(warps):
+        for i in range(mt_d):
+            for j in range(nh8):
+                for e in range(4):
+                    grad_q[8 * j + 2 * T + e % 2, w * dc + 16 * i + G + 8 * (e // 2)] = \
+                        accq[w, i, j, e]
+    return grad_q, grad_ln
 
 
 def main() -> None:
@@ -297,6 +368,17 @@ def main() -> None:
             assert np.isfinite(ctx).all() and np.isfinite(attn).all(), "an output nobody wrote"
             err = max(err, np.abs(ctx - want_ctx[b]).max(), np.abs(attn - want_attn[b]).max())
         print(f"dsplit   H={h} D={d} K={k} DC={dc}: max abs error {err:.1e}")
+        assert err < 1e-12, err
+    for h, d, k, dc in ((8, 64, 20, 16), (8, 64, 33, 64), (32, 32, 16, 16), (16, 48, 1, 16)):
+        q = rng.standard_normal((h, d))
+        ln = rng.standard_normal((3, k, d))
+        gctx = rng.standard_normal((3, h, d))
+        ctx, attn = ref.pool_forward(q, ln)
+        want_q, want_ln = ref.pool_backward(q, ln, attn, gctx)
+        got_q, got_ln = block_dsplit_backward(q, ln, attn, gctx, ctx, dc, 1 / np.sqrt(d))
+        assert np.isfinite(got_q).all() and np.isfinite(got_ln).all(), "an output nobody wrote"
+        err = max(np.abs(got_q - want_q).max(), np.abs(got_ln - want_ln).max())
+        print(f"dsplit backward H={h} D={d} K={k} DC={dc}: max abs error {err:.1e}")
         assert err < 1e-12, err
     for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 32), (32, 16, 100, 64)):
         q = rng.standard_normal((h, d))

@@ -9,7 +9,7 @@ tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a 
 The versions to run (default all): `first`, the first two (`wide_forward`, `wide_backward`);
 `rows`, the third (`wide_forward_rows`, `wide_backward_rows`: a block a row, 16 horizons a warp,
 all but the ln ring and the backward's sd in registers); `dsplit`, the fourth
-(`wide_forward_dsplit`: the warps split D, for wide rows).
+(`wide_forward_dsplit`, `wide_backward_dsplit`: the warps split D, for wide rows).
 """
 from __future__ import annotations
 
@@ -78,6 +78,11 @@ def rows_backward_floats(h: int, d: int, kc: int, stages: int) -> int:
 def dsplit_floats(h: int, d: int, dc: int, stages: int, k: int) -> int:
     """DSPLIT_FLOATS of wide.cu (KC 16)."""
     return stages * 16 * (d + 8) + (d // dc) * 16 * h + (d // dc) * 16 * (h + 4) + h * up(k, 16)
+
+
+def dsplit_backward_floats(h: int, d: int, dc: int, stages: int) -> int:
+    """DSPLIT_BWD_FLOATS of wide.cu."""
+    return stages * 16 * (d + 8) + (d // dc) * 16 * h + (d // dc) * 16 * (h + 4)
 
 
 def dsplit_points(h: int, d: int) -> list[tuple[int, int]]:
@@ -238,13 +243,17 @@ def main(out: str, versions: set[str]) -> None:
             keep()
         for (dc, stages), grid in itertools.product(
                 dsplit_points(h, d) if "dsplit" in versions else (), GRIDS):
+            sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "DC": dc, "KC": 16, "RSTAGES": stages}
+            fields = {"KC": 16, "TF32_RN": 0, "RSTAGES": stages, "DC": dc, "version": "dsplit"}
             floats = dsplit_floats(h, d, dc, stages, k)
             if 4 * floats <= device.max_shared_bytes():
-                fn = variants.get("wide_forward_dsplit", DSPLIT=1, N_HORIZONS=h, HIDDEN_DIM=d,
-                                  DC=dc, KC=16, RSTAGES=stages)
-                forward(fn, d // dc, floats, grid, KC=16, TF32_RN=0, RSTAGES=stages, DC=dc,
-                        version="dsplit")
-                keep()
+                forward(variants.get("wide_forward_dsplit", DSPLIT=1, **sizes), d // dc, floats,
+                        grid, **fields)
+            floats = dsplit_backward_floats(h, d, dc, stages)
+            if 4 * floats <= device.max_shared_bytes():
+                backward(variants.get("wide_backward_dsplit", DSPLIT=1, **sizes), d // dc, floats,
+                         grid, **fields)
+            keep()
         for (warps, kc), rn, grid in itertools.product(POINTS if "first" in versions else (),
                                                        ROUNDING, GRIDS):
             sizes = first_versions(h, d, warps, kc, rn)

@@ -486,6 +486,88 @@ wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
 #endif
 
 #if DSPLIT
+// S [16 keys x H] = ln_chunk . X^T summed over every column: each warp's share over its DC
+// columns (X [H, D] through L1) into shared memory, a barrier, then the shares added in warp
+// order, the same sum in every warp; s in the accumulator layout (key g + 8 (e / 2), h 8j + 2t
+// + e % 2)
+__device__ __forceinline__ void dsplit_scores(float (&s)[NH8][4], const float* __restrict__ x,
+                                              const float* ls, float* share)
+{
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int d0 = warp * DC;
+#pragma unroll
+    for (int j = 0; j < NH8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 4
+    for (int k0 = d0; k0 < d0 + DC; k0 += 8) {
+        unsigned ab[4], as[4];
+        const float2 v0 = *reinterpret_cast<const float2*>(ls + g * LDR + k0 + 2 * t);
+        const float2 v1 = *reinterpret_cast<const float2*>(ls + (g + 8) * LDR + k0 + 2 * t);
+        split(v0.x, ab[0], as[0]);
+        split(v1.x, ab[1], as[1]);
+        split(v0.y, ab[2], as[2]);
+        split(v1.y, ab[3], as[3]);
+#pragma unroll
+        for (int j = 0; j < NH8; ++j) {
+            const float2 xv = __ldg(
+                reinterpret_cast<const float2*>(x + (size_t)(8 * j + g) * D + k0 + 2 * t));
+            unsigned bb[2], bs[2];
+            split(xv.x, bb[0], bs[0]);
+            split(xv.y, bb[1], bs[1]);
+            mma_tf32(s[j], as, bb);
+            mma_tf32(s[j], ab, bs);
+            mma_tf32(s[j], ab, bb);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NH8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            share[(warp * 16 + g + 8 * (e / 2)) * H + 8 * j + 2 * t + e % 2] = s[j][e];
+    __syncthreads();  // every warp's share is in
+#pragma unroll
+    for (int j = 0; j < NH8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float v = 0.f;
+#pragma unroll
+            for (int u = 0; u < DWARPS; ++u)
+                v += share[(u * 16 + g + 8 * (e / 2)) * H + 8 * j + 2 * t + e % 2];
+            s[j][e] = v;
+        }
+}
+
+// acc^T [DC x H] += ln_chunk[:, cols_w]^T . Y with Y [16 keys x H] the warp's copy yw (rows of
+// LDP2); k-step kk's keys 8kk + 2t (slot t) and 8kk + 2t + 1 (slot t + 4)
+__device__ __forceinline__ void dsplit_times(float (&acc)[MT_D][NH8][4], const float* yw,
+                                             const float* ls)
+{
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < KC / 8; ++kk) {
+        unsigned bb[NH8][2], bs[NH8][2];
+#pragma unroll
+        for (int j = 0; j < NH8; ++j) {
+            split(yw[(8 * kk + 2 * t) * LDP2 + 8 * j + g], bb[j][0], bs[j][0]);
+            split(yw[(8 * kk + 2 * t + 1) * LDP2 + 8 * j + g], bb[j][1], bs[j][1]);
+        }
+        const float* lk = ls + (8 * kk + 2 * t) * LDR + warp * DC + g;
+#pragma unroll
+        for (int i = 0; i < MT_D; ++i) {
+            unsigned ab[4], as[4];
+            split(lk[16 * i], ab[0], as[0]);
+            split(lk[16 * i + 8], ab[1], as[1]);
+            split(lk[LDR + 16 * i], ab[2], as[2]);
+            split(lk[LDR + 16 * i + 8], ab[3], as[3]);
+#pragma unroll
+            for (int j = 0; j < NH8; ++j) {
+                mma_tf32(acc[i][j], as, bb[j]);
+                mma_tf32(acc[i][j], ab, bs[j]);
+                mma_tf32(acc[i][j], ab, bb[j]);
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(RING_THREADS)
 wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
                     float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
@@ -513,45 +595,13 @@ wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
             }
         }
         float s[NH8][4];
-#pragma unroll
-        for (int j = 0; j < NH8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 4
-        for (int k0 = d0; k0 < d0 + DC; k0 += 8) {
-            unsigned ab[4], as[4];
-            const float2 v0 = *reinterpret_cast<const float2*>(ls + g * LDR + k0 + 2 * t);
-            const float2 v1 = *reinterpret_cast<const float2*>(ls + (g + 8) * LDR + k0 + 2 * t);
-            split(v0.x, ab[0], as[0]);
-            split(v1.x, ab[1], as[1]);
-            split(v0.y, ab[2], as[2]);
-            split(v1.y, ab[3], as[3]);
-#pragma unroll
-            for (int j = 0; j < NH8; ++j) {
-                const float2 qv = __ldg(
-                    reinterpret_cast<const float2*>(q_h + (size_t)(8 * j + g) * D + k0 + 2 * t));
-                unsigned bb[2], bs[2];
-                split(qv.x, bb[0], bs[0]);
-                split(qv.y, bb[1], bs[1]);
-                mma_tf32(s[j], as, bb);
-                mma_tf32(s[j], ab, bs);
-                mma_tf32(s[j], ab, bb);
-            }
-        }
-        // shares [warp][key][h]: key g + 8 (e / 2), h 8j + 2t + e % 2
-#pragma unroll
-        for (int j = 0; j < NH8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                share[(warp * 16 + g + 8 * (e / 2)) * H + 8 * j + 2 * t + e % 2] = s[j][e];
-        __syncthreads();  // every warp's share is in
+        dsplit_scores(s, q_h, ls, share);
 #pragma unroll
         for (int j = 0; j < NH8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int key = g + 8 * (e / 2), h = 8 * j + 2 * t + e % 2;
-                float v = 0.f;
-#pragma unroll
-                for (int u = 0; u < DWARPS; ++u) v += share[(u * 16 + key) * H + h];
-                v = c0 + key < K ? v * scale : -INFINITY;
+                const float v = c0 + key < K ? s[j][e] * scale : -INFINITY;
                 s[j][e] = v;
                 if (warp == 0) sraw[h * kp + c0 + key] = v;
             }
@@ -583,31 +633,7 @@ wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
             for (int j = 0; j < NH8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] *= alpha[j][e % 2];
-        // ctx_w^T += ln^T . P: k-step kk's keys 8kk + 2t (slot t) and 8kk + 2t + 1 (slot t + 4)
-#pragma unroll
-        for (int kk = 0; kk < KC / 8; ++kk) {
-            unsigned bb[NH8][2], bs[NH8][2];
-#pragma unroll
-            for (int j = 0; j < NH8; ++j) {
-                split(pw[(8 * kk + 2 * t) * LDP2 + 8 * j + g], bb[j][0], bs[j][0]);
-                split(pw[(8 * kk + 2 * t + 1) * LDP2 + 8 * j + g], bb[j][1], bs[j][1]);
-            }
-            const float* lk = ls + (8 * kk + 2 * t) * LDR + d0 + g;
-#pragma unroll
-            for (int i = 0; i < MT_D; ++i) {
-                unsigned ab[4], as[4];
-                split(lk[16 * i], ab[0], as[0]);
-                split(lk[16 * i + 8], ab[1], as[1]);
-                split(lk[LDR + 16 * i], ab[2], as[2]);
-                split(lk[LDR + 16 * i + 8], ab[3], as[3]);
-#pragma unroll
-                for (int j = 0; j < NH8; ++j) {
-                    mma_tf32(acc[i][j], as, bb[j]);
-                    mma_tf32(acc[i][j], ab, bs[j]);
-                    mma_tf32(acc[i][j], ab, bb[j]);
-                }
-            }
-        }
+        dsplit_times(acc, pw, ls);  // ctx_w^T += ln_chunk[:, cols_w]^T . P
         if (c0 + KC >= K) {  // the row's last chunk: ctx from the registers, attn (warp 0)
             const size_t row = (size_t)b * H;
 #pragma unroll
@@ -641,6 +667,111 @@ wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
         }
     }
 }
+
+// The backward on the same plan, given ctx: per chunk
+//   dw [16 keys x H] = ln_chunk . G^T (shares summed as the scores), sd = scale * A * (dw - c)
+//   grad_q_w^T [DC x H] += ln_chunk[:, cols_w]^T . sd      (sd through the warp's copy; the
+//                                                          block's partial over its rows)
+//   grad_ln [16 keys x DC] = A^T . G[:, cols_w] + sd . q[:, cols_w]   (A and sd in the
+//                                                          accumulator layout are the A fragments)
+// Shared floats: the ring [RSTAGES][16][LDR], shares [DWARPS][16][H], sd copies
+// [DWARPS][16][LDP2].
+#define NT_DC (DC / 8)
+#define DSPLIT_BWD_FLOATS (RSTAGES * 16 * (D + 8) + DWARPS * 16 * H + DWARPS * 16 * LDP2)
+
+extern "C" __global__ void __launch_bounds__(RING_THREADS)
+wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
+                     const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+                     const float* __restrict__ ctx, float* __restrict__ grad_ln,
+                     float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int nck = (K + KC - 1) / KC;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float* ring = smem;
+    float* share = ring + RSTAGES * KC * LDR;
+    float* yw = share + DWARPS * 16 * H + warp * 16 * LDP2;
+    const int d0 = warp * DC;
+    const int total = ring_start(ring, ln, B, nck, K);
+    float accq[MT_D][NH8][4], c[NH8][2];
+    zero_acc(accq);
+    for (int w = 0; w < total; ++w) {
+        const int b = blockIdx.x + w / nck * gridDim.x, c0 = w % nck * KC;
+        const size_t row = (size_t)b * H;
+        const float* ls = ring_next(ring, ln, w, total, nck, K);  // the shares free too
+        const float* gb = grad_ctx + row * D;
+        if (c0 == 0) {  // c = G . ctx for horizons 8j + 2t + cc: a t's 8 lanes split D
+#pragma unroll
+            for (int j = 0; j < NH8; ++j)
+#pragma unroll
+                for (int cc = 0; cc < 2; ++cc) {
+                    const int h = 8 * j + 2 * t + cc;
+                    float v = 0.f;
+                    for (int d = g; d < D; d += 8)
+                        v += __ldg(gb + (size_t)h * D + d) * __ldg(ctx + (row + h) * D + d);
+                    for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+                    c[j][cc] = v;
+                }
+        }
+        float s[NH8][4], a[NH8][4];
+        dsplit_scores(s, gb, ls, share);  // dw
+#pragma unroll
+        for (int j = 0; j < NH8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = g + 8 * (e / 2), h = 8 * j + 2 * t + e % 2;
+                a[j][e] = c0 + key < K ? __ldg(attn + (row + h) * K + c0 + key) : 0.f;
+                s[j][e] = scale * a[j][e] * (s[j][e] - c[j][e % 2]);
+                yw[key * LDP2 + h] = s[j][e];
+            }
+        __syncwarp();
+        dsplit_times(accq, yw, ls);  // grad_q_w^T += ln_chunk[:, cols_w]^T . sd
+        float accl[NT_DC][4];
+#pragma unroll
+        for (int n = 0; n < NT_DC; ++n) accl[n][0] = accl[n][1] = accl[n][2] = accl[n][3] = 0.f;
+#pragma unroll
+        for (int part = 0; part < 2; ++part)  // A^T . G, then sd . q
+#pragma unroll
+            for (int j = 0; j < NH8; ++j) {
+                const float(&x)[4] = part ? s[j] : a[j];
+                unsigned ab[4], as[4];
+                split(x[0], ab[0], as[0]);
+                split(x[2], ab[1], as[1]);
+                split(x[1], ab[2], as[2]);
+                split(x[3], ab[3], as[3]);
+                const float* bk = (part ? q_h : gb) + (size_t)(8 * j + 2 * t) * D + d0 + g;
+#pragma unroll
+                for (int n = 0; n < NT_DC; ++n) {
+                    unsigned bb[2], bs[2];
+                    split(__ldg(bk + 8 * n), bb[0], bs[0]);
+                    split(__ldg(bk + D + 8 * n), bb[1], bs[1]);
+                    mma_tf32(accl[n], as, bb);
+                    mma_tf32(accl[n], ab, bs);
+                    mma_tf32(accl[n], ab, bb);
+                }
+            }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = c0 + g + 8 * r;
+            if (key < K)
+#pragma unroll
+                for (int n = 0; n < NT_DC; ++n)
+                    *reinterpret_cast<float2*>(grad_ln + ((size_t)b * K + key) * D + d0 + 8 * n +
+                                               2 * t) = make_float2(accl[n][2 * r],
+                                                                    accl[n][2 * r + 1]);
+        }
+        __syncwarp();  // the copy is read before the next chunk's sd
+    }
+#pragma unroll
+    for (int i = 0; i < MT_D; ++i)
+#pragma unroll
+        for (int j = 0; j < NH8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                gq_scratch[((size_t)blockIdx.x * H + 8 * j + 2 * t + e % 2) * D + d0 + 16 * i + g +
+                           8 * (e / 2)] = accq[i][j][e];
+}
+
 #endif
 
 #if BWD && !ROWS && !DSPLIT
