@@ -20,8 +20,8 @@
 #   splitsan  the pool's split-K path under compute-sanitizer's four tools (beside the tests)
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
-#   wide      the wide-head tensor-core prototype (probes/pool_wide/run.py; $WIDE_ARGS=rows:
-#             its third version alone)
+#   wide      the wide-head tensor-core prototypes (probes/pool_wide/run.py; $WIDE_ARGS: the
+#             versions, e.g. "rows dsplit", default all)
 #   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
@@ -164,8 +164,10 @@ if has train; then
         --commit "$commit" > "$out/train/train.log" 2>&1; echo "rc=$?" >> "$out/train/train.log"
     pack train
 fi
-# shellcheck disable=SC2086  # WIDE_ARGS: words on purpose (rows: the third version alone)
-has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py pool_wide.json ${WIDE_ARGS:-}
+# shellcheck disable=SC2086  # WIDE_ARGS: words on purpose (the versions to run); the JSON is
+# named after them (pool_wide_rows_dsplit.json), so a run of some versions keeps the full one
+has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py \
+    "pool_wide${WIDE_ARGS:+_${WIDE_ARGS// /_}}.json" ${WIDE_ARGS:-}
 has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
