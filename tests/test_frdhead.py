@@ -29,8 +29,8 @@ LOSS_VARIANTS = ([("frdhead.forward_loss", p) for p in ROWS]
 WGMMA = [{"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 1}, {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 0}]
 SUITE_HEAD = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
 # The backward stages on it: both warpgroup counts and every chunk size of the row products,
-# batch steps of 16 to 64 rows, one or two weight-gradient blocks
-# a multiprocessor and rings of two to four steps (B = 1 and 63: a slice shorter than the ring).
+# batch steps of 16 to 64 rows, one or two weight-gradient blocks a multiprocessor and rings of
+# two to four steps (B = 1 and 63: a slice shorter than the ring).
 WGMMA_BWD = ([("frdhead.grad_w2", {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC": 2}),
               ("frdhead.grad_w2", {"WGMMA": 1, "WG": 1, "CS": 8, "BK": 64, "OCC": 1}),
               ("frdhead.grad_w2", {"WGMMA": 1, "WG": 2, "CS": 8, "BK": 16, "OCC": 2, "STAGES": 4})]
