@@ -6,7 +6,8 @@ tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a 
 
     source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [first] [rows] [dsplit]
 
-The versions to run (default all): `first`, the first two (`wide_forward`, `wide_backward`);
+The versions to run (default all): `rate`, mma.sync's TF32 rate on this GPU (their ceiling);
+`first`, the first two (`wide_forward`, `wide_backward`);
 `rows`, the third (`wide_forward_rows`, `wide_backward_rows`: a block a row, 16 horizons a warp,
 all but the ln ring and the backward's sd in registers); `dsplit`, the fourth
 (`wide_forward_dsplit`, `wide_backward_dsplit`: the warps split D, for wide rows).
@@ -48,7 +49,7 @@ GRIDS = ("rows", "persistent")
 ROWS_POINTS = ((16, 3), (32, 3), (64, 2))
 # the fourth version: (DC, RSTAGES), columns a warp and ring slots of 16 keys
 DSPLIT_POINTS = ((32, 3), (64, 3), (128, 3), (128, 4), (256, 2))
-VERSIONS = ("first", "rows", "dsplit")
+VERSIONS = ("first", "rows", "dsplit", "rate")
 
 
 def up(n: int, m: int) -> int:
@@ -160,12 +161,28 @@ def say(pass_: str, shape: tuple, p: dict, library_us: float, floor_us: float) -
           "bitwise" if p["rerun_bitwise"] else "NOT BITWISE", flush=True)
 
 
+def mma_rate(variants: Variants) -> dict[str, float]:
+    """mma.sync m16n8k8 TF32's rate on this GPU (wide.cu's mma_rate: 8 warps a block, 4 blocks
+    an SM, 8 independent accumulations a round)."""
+    fn, iters = variants.get("mma_rate", RATE=1), 4096
+    grid = 4 * device.sm_count()
+    out = ga.empty((grid * 256,), np.float32)
+    us = gpu_time_us(lambda: fn(out.gpudata, np.int32(iters), grid=(grid, 1, 1),
+                                block=(256, 1, 1)))["median_us"]
+    flops = grid * 8 * iters * 8 * 2 * 16 * 8 * 8
+    return {"us": us, "tflops": flops / us / 1e6}
+
+
 def main(out: str, versions: set[str]) -> None:
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"],
               "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1), "shapes": []}
     variants = Variants()
+    if "rate" in versions:
+        record["mma_rate"] = mma_rate(variants)
+        print("mma.sync m16n8k8 tf32: %.0f TFLOPS (3xTF32: %.0f)"
+              % (record["mma_rate"]["tflops"], record["mma_rate"]["tflops"] / 3), flush=True)
     for h, d, b, k in SHAPES:
         if "first" not in versions and not (rows_fit(h, d, 0) or dsplit_points(h, d)):
             continue

@@ -28,7 +28,7 @@
 #include "../tf32_mma.cuh"
 #include "../../cu/heads_common.cuh"  // group_sum, group_max
 
-#if !ROWS && !DSPLIT  // the first two versions
+#if !ROWS && !DSPLIT && !RATE  // the first two versions
 // ln chunk w of this block's work (its rows blockIdx.x + i*gridDim.x, KC keys a chunk) into
 // buffer buf by cp.async; keys past K are zeros.
 __device__ __forceinline__ void fetch_chunk(float* ls, const float* __restrict__ ln, int w,
@@ -774,7 +774,7 @@ wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln
 
 #endif
 
-#if BWD && !ROWS && !DSPLIT
+#if BWD && !ROWS && !DSPLIT && !RATE
 // Backward given the forward's ctx (the softmax correction c = grad_ctx . ctx), N_HORIZONS a
 // multiple of 16. Per chunk of KC keys, with G = grad_ctx[b] and A = attn[b] at those keys:
 //   dw^T [KC x H]     = ln_chunk . G^T;  sd = scale * A * (dw - c)     (warps split the keys)
@@ -849,5 +849,28 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     each_acc(accq, [&](int m, int n, float v) {
         gq_scratch[(size_t)blockIdx.x * H * D + m * D + warp * 8 * NT_Q + n] = v;
     });
+}
+#endif
+
+#if RATE
+// mma.sync m16n8k8 TF32 throughput, the prototypes' ceiling: each warp issues ITERS rounds of 8
+// independent accumulations (one 3xTF32 product is three of them)
+extern "C" __global__ void mma_rate(float* __restrict__ out, const int iters)
+{
+    unsigned a[4], b[2];
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = __float_as_uint(1e-3f * (threadIdx.x + i));
+    b[0] = __float_as_uint(1e-3f * threadIdx.x);
+    b[1] = __float_as_uint(2e-3f * threadIdx.x);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int it = 0; it < iters; ++it)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mma_tf32(acc[j], a, b);
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;  // keeps the products live
 }
 #endif
