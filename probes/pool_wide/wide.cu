@@ -229,6 +229,34 @@ __device__ __forceinline__ const float* ring_next(float* ring, const float* __re
     return ring + (w % RSTAGES) * KC * LDR;
 }
 
+// acc [16 x NT n8 tiles] += A . B for one k-step, A's fragments (ab, as) given, B's rows k = 2t
+// and 2t + 1 at bk and bk + D (column g of each n8 tile), read through L1
+template <int NT>
+__device__ __forceinline__ void times_rows(float (&acc)[NT][4], const unsigned (&ab)[4],
+                                           const unsigned (&as)[4], const float* __restrict__ bk)
+{
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        unsigned bb[2], bs[2];
+        split(__ldg(bk + 8 * n), bb[0], bs[0]);
+        split(__ldg(bk + D + 8 * n), bb[1], bs[1]);
+        mma_tf32(acc[n], as, bb);
+        mma_tf32(acc[n], ab, bs);
+        mma_tf32(acc[n], ab, bb);
+    }
+}
+
+// row r (0: g, 1: g + 8) of accumulators acc [16 x NT n8 tiles] to dst (columns 8n + 2t, 2t + 1)
+template <int NT>
+__device__ __forceinline__ void store_pairs(float* dst, const float (&acc)[NT][4], int r)
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+        *reinterpret_cast<float2*>(dst + 8 * n + 2 * t) = make_float2(acc[n][2 * r],
+                                                                      acc[n][2 * r + 1]);
+}
+
 #endif
 
 #if ROWS
@@ -451,27 +479,12 @@ wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
                 }
 #pragma unroll
                 for (int e = 0; e < 4; ++e) split(x[e], ab[e], as[e]);
-                const float* bk = (sd_part ? q_h : grad_ctx + row * D) + (size_t)h * D + g;
-#pragma unroll
-                for (int j = 0; j < NTD; ++j) {
-                    unsigned bb[2], bs[2];
-                    split(__ldg(bk + 8 * j), bb[0], bs[0]);
-                    split(__ldg(bk + D + 8 * j), bb[1], bs[1]);
-                    mma_tf32(accl[j], as, bb);
-                    mma_tf32(accl[j], ab, bs);
-                    mma_tf32(accl[j], ab, bb);
-                }
+                times_rows(accl, ab, as, (sd_part ? q_h : grad_ctx + row * D) + (size_t)h * D + g);
             }
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int key = c0 + k1 + 8 * r;
-                if (key < K)
-#pragma unroll
-                    for (int j = 0; j < NTD; ++j)
-                        *reinterpret_cast<float2*>(grad_ln + ((size_t)b * K + key) * D + 8 * j +
-                                                   2 * t) =
-                            make_float2(accl[j][2 * r], accl[j][2 * r + 1]);
-            }
+            for (int r = 0; r < 2; ++r)
+                if (c0 + k1 + 8 * r < K)
+                    store_pairs(grad_ln + ((size_t)b * K + c0 + k1 + 8 * r) * D, accl, r);
         }
     }
 #pragma unroll
@@ -739,27 +752,12 @@ wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln
                 split(x[2], ab[1], as[1]);
                 split(x[1], ab[2], as[2]);
                 split(x[3], ab[3], as[3]);
-                const float* bk = (part ? q_h : gb) + (size_t)(8 * j + 2 * t) * D + d0 + g;
-#pragma unroll
-                for (int n = 0; n < NT_DC; ++n) {
-                    unsigned bb[2], bs[2];
-                    split(__ldg(bk + 8 * n), bb[0], bs[0]);
-                    split(__ldg(bk + D + 8 * n), bb[1], bs[1]);
-                    mma_tf32(accl[n], as, bb);
-                    mma_tf32(accl[n], ab, bs);
-                    mma_tf32(accl[n], ab, bb);
-                }
+                times_rows(accl, ab, as, (part ? q_h : gb) + (size_t)(8 * j + 2 * t) * D + d0 + g);
             }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int key = c0 + g + 8 * r;
-            if (key < K)
-#pragma unroll
-                for (int n = 0; n < NT_DC; ++n)
-                    *reinterpret_cast<float2*>(grad_ln + ((size_t)b * K + key) * D + d0 + 8 * n +
-                                               2 * t) = make_float2(accl[n][2 * r],
-                                                                    accl[n][2 * r + 1]);
-        }
+        for (int r = 0; r < 2; ++r)
+            if (c0 + g + 8 * r < K)
+                store_pairs(grad_ln + ((size_t)b * K + c0 + g + 8 * r) * D + d0, accl, r);
         __syncwarp();  // the copy is read before the next chunk's sd
     }
 #pragma unroll
