@@ -25,6 +25,7 @@ import pycuda.gpuarray as ga
 
 from pycuda_heads import reference as ref
 from pycuda_heads.core import device
+from pycuda_heads.core.sizes import HeaderSizes
 from pycuda_heads.ops.pool import PerHorizonAttentionPool
 from pycuda_heads.ops.reduce import reducer
 from pycuda_heads.perf.bench import CudaHarness
@@ -33,6 +34,7 @@ from pycuda_heads.records import git_state
 from pycuda_heads.verify.checks import compare
 
 HERE = Path(__file__).resolve().parent
+SIZES = HeaderSizes(HERE / "wide.cu")  # its *_FLOATS macros: each launch's shared memory
 SM_SHARED = 233472  # shared memory an H200 SM holds (bytes)
 # (H, D, B, K): the suite's H=32 and H=8/D=512 shapes, then partial chunks and one key
 SHAPES = ((32, 128, 512, 64), (8, 512, 1024, 128), (16, 256, 256, 64),
@@ -56,34 +58,10 @@ def up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def forward_floats(h: int, d: int, kc: int, k: int) -> int:
-    """WIDE_FLOATS of wide.cu."""
-    return h * (d + 8) + 2 * kc * (d + 8) + h * (kc + 8) + h * up(k, kc) + 3 * h
-
-
-def backward_floats(h: int, d: int, kc: int) -> int:
-    """WIDE_BWD_FLOATS of wide.cu."""
-    return 2 * h * (d + 8) + 2 * kc * (d + 8) + 2 * h * (kc + 8) + h
-
-
-def rows_floats(h: int, d: int, kc: int, stages: int, k: int) -> int:
-    """ROWS_FLOATS of wide.cu."""
-    return stages * kc * (d + 8) + h * up(k, kc)
-
-
-def rows_backward_floats(h: int, d: int, kc: int, stages: int) -> int:
-    """ROWS_BWD_FLOATS of wide.cu."""
-    return stages * kc * (d + 8) + h * (kc + 4)
-
-
-def dsplit_floats(h: int, d: int, dc: int, stages: int, k: int) -> int:
-    """DSPLIT_FLOATS of wide.cu (KC 16)."""
-    return stages * 16 * (d + 8) + (d // dc) * 16 * h + (d // dc) * 16 * (h + 4) + h * up(k, 16)
-
-
-def dsplit_backward_floats(h: int, d: int, dc: int, stages: int) -> int:
-    """DSPLIT_BWD_FLOATS of wide.cu."""
-    return stages * 16 * (d + 8) + (d // dc) * 16 * h + (d // dc) * 16 * (h + 4)
+def shared_floats(name: str, k: int = 0, **defines: int) -> int:
+    """wide.cu's <name>_FLOATS, a launch's shared floats, at a module's -D constants and K (as
+    KP: K rounded up to KC)."""
+    return SIZES.value(f"{name}_FLOATS", {**defines, "KP": up(k, defines["KC"])})
 
 
 def dsplit_points(h: int, d: int) -> list[tuple[int, int]]:
@@ -246,14 +224,14 @@ def main(out: str, versions: set[str]) -> None:
 
         for (kc, stages), grid in itertools.product(ROWS_POINTS if "rows" in versions else (),
                                                     GRIDS):
-            floats, warps = rows_floats(h, d, kc, stages, k), h // 16
+            sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "KC": kc, "RSTAGES": stages}
+            floats, warps = shared_floats("ROWS", k, **sizes), h // 16
             if not rows_fit(h, d, floats):
                 continue
-            sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "KC": kc, "RSTAGES": stages}
             fields = {"KC": kc, "TF32_RN": 0, "RSTAGES": stages, "version": "rows"}
             forward(variants.get("wide_forward_rows", ROWS=1, **sizes), warps, floats, grid,
                     **fields)
-            floats = rows_backward_floats(h, d, kc, stages)
+            floats = shared_floats("ROWS_BWD", **sizes)
             if kc % (16 * warps) == 0 and rows_fit(h, d, floats):
                 backward(variants.get("wide_backward_rows", ROWS=1, **sizes), warps, floats,
                          grid, **fields)
@@ -262,11 +240,11 @@ def main(out: str, versions: set[str]) -> None:
                 dsplit_points(h, d) if "dsplit" in versions else (), GRIDS):
             sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "DC": dc, "KC": 16, "RSTAGES": stages}
             fields = {"KC": 16, "TF32_RN": 0, "RSTAGES": stages, "DC": dc, "version": "dsplit"}
-            floats = dsplit_floats(h, d, dc, stages, k)
+            floats = shared_floats("DSPLIT", k, **sizes)
             if 4 * floats <= device.max_shared_bytes():
                 forward(variants.get("wide_forward_dsplit", DSPLIT=1, **sizes), d // dc, floats,
                         grid, **fields)
-            floats = dsplit_backward_floats(h, d, dc, stages)
+            floats = shared_floats("DSPLIT_BWD", **sizes)
             if 4 * floats <= device.max_shared_bytes():
                 backward(variants.get("wide_backward_dsplit", DSPLIT=1, **sizes), d // dc, floats,
                          grid, **fields)
@@ -274,11 +252,11 @@ def main(out: str, versions: set[str]) -> None:
         for (warps, kc), rn, grid in itertools.product(POINTS if "first" in versions else (),
                                                        ROUNDING, GRIDS):
             sizes = first_versions(h, d, warps, kc, rn)
-            floats = forward_floats(h, d, kc, k)
+            floats = shared_floats("WIDE", k, **sizes)
             if fits(h, d, warps, kc, floats, False):
                 forward(variants.get("wide_forward", **sizes), warps, floats, grid, KC=kc,
                         TF32_RN=rn)
-            floats = backward_floats(h, d, kc)
+            floats = shared_floats("WIDE_BWD", **sizes)
             if fits(h, d, warps, kc, floats, True):
                 backward(variants.get("wide_backward", **sizes), warps, floats, grid, KC=kc,
                          TF32_RN=rn)

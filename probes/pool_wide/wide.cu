@@ -22,8 +22,9 @@
 #define NH8 (H / 8)    // n8 tiles across the horizons
 #define TPH (NTH / H)  // threads a horizon in the softmax step
 // Shared floats: q [H][LDQ], two ln chunks [2][KC][LDL], p [H][LDP], raw scores [H][KP], m, l,
-// alpha [H] (KP = K rounded up to KC, a run-time size; run.py computes the same total).
-#define WIDE_FLOATS(KP) (H * LDQ + 2 * KC * LDL + H * LDP + H * (KP) + 3 * H)
+// alpha [H]. The *_FLOATS macros are the host's (run.py reads them through the library's
+// HeaderSizes), KP the row's keys rounded up to KC.
+#define WIDE_FLOATS (H * LDQ + 2 * KC * LDL + H * LDP + H * KP + 3 * H)
 
 #include "../tf32_mma.cuh"
 #include "../../cu/heads_common.cuh"  // group_sum, group_max
@@ -160,7 +161,7 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
 #define NTK (KC / 8)        // S's n8 tiles (keys)
 #define NTD (D / 8)         // ctx's n8 tiles (columns)
 // Shared floats: the ring [RSTAGES][KC][LDR], raw scores [RWARPS][16][KP].
-#define ROWS_FLOATS(KP) (RSTAGES * KC * LDR + RWARPS * 16 * (KP))
+#define ROWS_FLOATS (RSTAGES * KC * LDR + RWARPS * 16 * KP)
 
 #endif
 
@@ -179,8 +180,8 @@ wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float*
 #define LDP2 (H + 4)     // P copy rows: the B fragment reads hit 32 banks
 // Shared floats: the ring [RSTAGES][16][LDR], score shares [DWARPS][16][H], P copies
 // [DWARPS][16][LDP2], raw scores [H][KP].
-#define DSPLIT_FLOATS(KP) \
-    (RSTAGES * 16 * (D + 8) + DWARPS * 16 * H + DWARPS * 16 * LDP2 + H * (KP))
+#define DSPLIT_FLOATS (DSPLIT_BWD_FLOATS + H * KP)
+#define DSPLIT_BWD_FLOATS (RSTAGES * 16 * (D + 8) + DWARPS * 16 * H + DWARPS * 16 * LDP2)
 static_assert(KC == 16 && DC % 16 == 0 && D % DC == 0 && H % 8 == 0 && H <= 32, "DSPLIT sizes");
 #endif
 
@@ -687,10 +688,8 @@ wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
 //                                                          block's partial over its rows)
 //   grad_ln [16 keys x DC] = A^T . G[:, cols_w] + sd . q[:, cols_w]   (A and sd in the
 //                                                          accumulator layout are the A fragments)
-// Shared floats: the ring [RSTAGES][16][LDR], shares [DWARPS][16][H], sd copies
-// [DWARPS][16][LDP2].
+// Shared floats: DSPLIT_BWD_FLOATS (the forward's, less the raw scores; the copies hold sd).
 #define NT_DC (DC / 8)
-#define DSPLIT_BWD_FLOATS (RSTAGES * 16 * (D + 8) + DWARPS * 16 * H + DWARPS * 16 * LDP2)
 
 extern "C" __global__ void __launch_bounds__(RING_THREADS)
 wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
