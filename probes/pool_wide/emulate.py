@@ -36,6 +36,28 @@ def quad(v: np.ndarray, op) -> np.ndarray:
     return v
 
 
+def rows_scores(x: np.ndarray, ls: np.ndarray) -> np.ndarray:
+    """rows_scores: S [16 x KC] = X_w [16 x D] . ln_chunk^T in the accumulator layout."""
+    kc, d = ls.shape
+    s = np.zeros((kc // 8, 4, 32))
+    for k0 in range(0, d, 8):
+        a = np.stack([x[G, k0 + 2 * T], x[G + 8, k0 + 2 * T], x[G, k0 + 2 * T + 1],
+                      x[G + 8, k0 + 2 * T + 1]])
+        for j in range(kc // 8):
+            s[j] = mma(s[j], a, np.stack([ls[8 * j + G, k0 + 2 * T],
+                                          ls[8 * j + G, k0 + 2 * T + 1]]))
+    return s
+
+
+def rows_times_ln(acc: np.ndarray, s: np.ndarray, ls: np.ndarray) -> None:
+    """rows_times_ln: acc [16 x D] += P . ln_chunk, P the accumulators s as A fragments."""
+    for kk in range(s.shape[0]):
+        a = np.stack([s[kk, 0], s[kk, 2], s[kk, 1], s[kk, 3]])
+        for j in range(acc.shape[0]):
+            acc[j] = mma(acc[j], a, np.stack([ls[8 * kk + 2 * T, 8 * j + G],
+                                              ls[8 * kk + 2 * T + 1, 8 * j + G]]))
+
+
 def warp_rows(q: np.ndarray, ln: np.ndarray, h0: int, kc: int, scale: float
               ) -> tuple[np.ndarray, np.ndarray]:
     """One warp's 16 horizons of one batch row: (ctx [16, D], attn [16, K])."""
@@ -49,13 +71,7 @@ def warp_rows(q: np.ndarray, ln: np.ndarray, h0: int, kc: int, scale: float
         c0 = c * kc
         ls = np.zeros((kc, d))  # the ring slot: keys past K are zeros
         ls[:max(0, min(kc, k_ - c0))] = ln[c0:c0 + kc]
-        s = np.zeros((ntk, 4, 32))
-        for k0 in range(0, d, 8):
-            a = np.stack([q[h0 + G, k0 + 2 * T], q[h0 + G + 8, k0 + 2 * T],
-                          q[h0 + G, k0 + 2 * T + 1], q[h0 + G + 8, k0 + 2 * T + 1]])
-            for j in range(ntk):
-                b = np.stack([ls[8 * j + G, k0 + 2 * T], ls[8 * j + G, k0 + 2 * T + 1]])
-                s[j] = mma(s[j], a, b)
+        s = rows_scores(q[h0:h0 + 16], ls)
         mx = np.full((2, 32), -np.inf)
         for j in range(ntk):
             for e in range(4):
@@ -79,11 +95,7 @@ def warp_rows(q: np.ndarray, ln: np.ndarray, h0: int, kc: int, scale: float
             l[r] = l[r] * alpha[r] + quad(total[r], np.add)
         for e in range(4):
             acc[:, e] *= alpha[e // 2]
-        for kk in range(ntk):
-            a = np.stack([s[kk, 0], s[kk, 2], s[kk, 1], s[kk, 3]])
-            for j in range(ntd):
-                b = np.stack([ls[8 * kk + 2 * T, 8 * j + G], ls[8 * kk + 2 * T + 1, 8 * j + G]])
-                acc[j] = mma(acc[j], a, b)
+        rows_times_ln(acc, s, ls)
     ctx = np.zeros((16, d))
     for j in range(ntd):
         for r in range(2):
@@ -124,14 +136,7 @@ def block_rows_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: n
                         for dd in range(0, d, 4):
                             part += gctx[b, h0 + G + 8 * r, dd + T] * ctx[b, h0 + G + 8 * r, dd + T]
                         c[w, r] = quad(part, np.add)
-                s = np.zeros((ntk, 4, 32))
-                for k0 in range(0, d, 8):
-                    a = np.stack([gctx[b, h0 + G, k0 + 2 * T], gctx[b, h0 + G + 8, k0 + 2 * T],
-                                  gctx[b, h0 + G, k0 + 2 * T + 1],
-                                  gctx[b, h0 + G + 8, k0 + 2 * T + 1]])
-                    for j in range(ntk):
-                        bm = np.stack([ls[8 * j + G, k0 + 2 * T], ls[8 * j + G, k0 + 2 * T + 1]])
-                        s[j] = mma(s[j], a, bm)
+                s = rows_scores(gctx[b, h0:h0 + 16], ls)
                 for j in range(ntk):
                     for e in range(4):
                         hr, key = h0 + G + 8 * (e // 2), 8 * j + 2 * T + e % 2
@@ -139,12 +144,7 @@ def block_rows_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: n
                         av = np.where(ok, attn[b, hr, np.minimum(c0 + key, k_ - 1)], 0.0)
                         s[j, e] = scale * av * (s[j, e] - c[w, e // 2])
                         sds[hr, key] = s[j, e]
-                for kk in range(ntk):
-                    a = np.stack([s[kk, 0], s[kk, 2], s[kk, 1], s[kk, 3]])
-                    for j in range(ntd):
-                        bm = np.stack([ls[8 * kk + 2 * T, 8 * j + G],
-                                       ls[8 * kk + 2 * T + 1, 8 * j + G]])
-                        accq[w, j] = mma(accq[w, j], a, bm)
+                rows_times_ln(accq[w], s, ls)
             for w in range(warps):  # after the barrier: warp w's keys over every horizon
                 for i in range(mt_l):
                     k1 = (w * mt_l + i) * 16 + G
