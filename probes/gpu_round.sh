@@ -21,7 +21,7 @@
 #   whole     the smoke training, the train_step bench rows
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   wide      the wide-head tensor-core prototypes (probes/pool_wide/run.py; $WIDE_ARGS: the
-#             versions, e.g. "rows dsplit", default all)
+#             versions, e.g. "rate rows dsplit", default all)
 #   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
@@ -165,7 +165,7 @@ if has train; then
     pack train
 fi
 # shellcheck disable=SC2086  # WIDE_ARGS: words on purpose (the versions to run); the JSON is
-# named after them (pool_wide_rows_dsplit.json), so a run of some versions keeps the full one
+# named after them (pool_wide_rate_rows_dsplit.json), so a run of some keeps the full one
 has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py \
     "pool_wide${WIDE_ARGS:+_${WIDE_ARGS// /_}}.json" ${WIDE_ARGS:-}
 has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json
