@@ -52,13 +52,15 @@ def main(tasks: list[str]) -> int:
             left = sorted({shape_key(s) for s in lacking} - tuned_at.get(kernel, set()))
             doomed = kernel in tuned_at and left
             bad += bool(doomed)
+            advice = ""
+            if doomed:
+                advice = (f"; after the round's tunes still none at {', '.join(left)}: run "
+                          "identity and restamp first")
+            elif kernel in tuned_at:
+                advice = ("; the round's tune must finish its trials and the comparison with "
+                          "the default within its budget, else the default ships there")
             print(f"{path.stem}: {kernel}: export would drop it, no current entry at "
-                  f"{', '.join(shape_key(s) for s in lacking)}"
-                  + (f"; after the round's tunes still none at {', '.join(left)}: run identity "
-                     "and restamp first" if doomed else
-                     "; the round's tune must finish its trials and the comparison with the "
-                     "default within its budget, else the default ships there"
-                     if kernel in tuned_at else ""))
+                  f"{', '.join(shape_key(s) for s in lacking)}{advice}")
     for rec in sorted(REPORTS.glob("*/validation.json")):
         for family, why in sorted(stale_families(read_json(rec), catalog()).items()):
             print(f"{rec.parent.name}: validation of {family}: {why}")
