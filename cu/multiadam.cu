@@ -2,11 +2,12 @@
 // table holds tensor i's param, grad, m, v, param_out, m_out, v_out addresses, its length n and
 // the first block of the grid that works on it; block x updates elements of the last tensor whose
 // first block is <= x, BLOCK * ITEMS of them, exactly as adam_step does for one array. The
-// element update is adam_step's expression, so the result is bitwise per-array Adam's.
+// element update is adam_step's own (adam.cuh), so the result is bitwise per-array Adam's.
 // The outputs may alias the inputs (in place), so no pointer is __restrict__. No atomics.
 // Template constants: BLOCK, ITEMS.
 #include "heads_common.cuh"
 
+#include "adam.cuh"
 #include "pdl.cuh"
 
 #define TABLE_COLS 9
@@ -61,18 +62,7 @@ multiadam_step(const long long* __restrict__ table, const int n_tensors,
     const float rate = counters ? lr_dev[0] : lr;
     const float c1 = counters ? corrections[0] : bc1;
     const float c2 = counters ? corrections[1] : bc2;
-    const int base = ((int)blockIdx.x - (int)row[8]) * BLOCK * ITEMS + threadIdx.x;
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) {
-        const int i = base + j * BLOCK;
-        if (i < n) {
-            const float g = grad[i];
-            const float mi = beta1 * m[i] + one_minus_beta1 * g;
-            const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
-            const float p = param[i] - rate * (mi / c1) / (sqrtf(vi / c2) + eps);
-            m_out[i] = mi;
-            v_out[i] = vi;
-            param_out[i] = p;
-        }
-    }
+    adam_elements(param, grad, m, v, param_out, m_out, v_out,
+                  ((int)blockIdx.x - (int)row[8]) * BLOCK * ITEMS + threadIdx.x, n, rate, beta1,
+                  beta2, one_minus_beta1, one_minus_beta2, eps, c1, c2);
 }
