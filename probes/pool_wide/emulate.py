@@ -1,6 +1,6 @@
-"""wide.cu's third version (wide_forward_rows, wide_backward_rows) and its fourth
-(wide_forward_dsplit, wide_backward_dsplit) emulated on the CPU, lane by lane, to check their
-fragment indexing, online
+"""wide.cu's third version (wide_forward_rows, wide_backward_rows), its fourth
+(wide_forward_dsplit, wide_backward_dsplit) and its fifth (wide_forward_whole,
+wide_backward_whole) emulated on the CPU, lane by lane, to check their fragment indexing,
 softmax and shared-memory hand-offs against the float64 reference before any GPU time: each
 mma.sync m16n8k8 is rebuilt from the 32 lanes' registers by the PTX layouts (A: a0 (g, t),
 a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (t, g), b1 (t+4, g); C: c0 (g, 2t), c1 (g, 2t+1),
@@ -343,6 +343,139 @@ def block_dsplit_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx:
     return grad_q, grad_ln
 
 
+class Whole:
+    """The fifth version's block over flat shared memory (NaN where nothing was written, so a
+    read of padding or of a stale row shows in the result), with tf32_mma.cuh's warp_mma."""
+
+    def __init__(self, h: int, d: int, warps: int, kmax: int, sns: int, gn: int) -> None:
+        self.h, self.d, self.warps, self.kmax, self.sns, self.gn = h, d, warps, kmax, sns, gn
+        self.ldw, self.ldk, self.cm = d + 4, kmax + 4, d // (16 * warps)
+
+    def fetch_rows(self, mem: np.ndarray, dst: int, src: np.ndarray, kp: int) -> None:
+        for r in range(kp):
+            mem[dst + r * self.ldw:dst + r * self.ldw + self.d] = src[r] if r < len(src) else 0
+
+    def pair(self, mem: np.ndarray, base: int, km: bool, ld: int, i: np.ndarray, k: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+        if km:
+            return mem[base + k * ld + i], mem[base + (k + 1) * ld + i]
+        return mem[base + i * ld + k], mem[base + i * ld + k + 1]
+
+    def warp_mma(self, acc: np.ndarray, mem: np.ndarray, a: int, b: int, ks: int, ka: bool,
+                 lda: int, kb: bool, ldb: int) -> None:
+        """acc [MT, NT, 4, 32] += A . B as warp_mma<MT, NT, KS, KA, LDA, KB, LDB> reads them."""
+        mt, nt = acc.shape[:2]
+        for k0 in range(0, 8 * ks, 8):
+            af = np.zeros((mt, 4, 32))
+            for i in range(mt):
+                for hh in range(2):
+                    v0, v1 = self.pair(mem, a, ka, lda, 16 * i + G + 8 * hh, k0 + 2 * T)
+                    af[i, hh], af[i, hh + 2] = v0, v1
+            for j in range(nt):
+                bf = np.stack(self.pair(mem, b, kb, ldb, 8 * j + G, k0 + 2 * T))
+                for i in range(mt):
+                    acc[i, j] = mma(acc[i, j], af[i], bf)
+
+    @staticmethod
+    def each_acc(acc: np.ndarray, f) -> None:
+        for i in range(acc.shape[0]):
+            for j in range(acc.shape[1]):
+                for e in range(4):
+                    f(16 * i + G + 8 * (e // 2), 8 * j + 2 * T + e % 2, acc[i, j, e])
+
+    def by_horizons(self, mem: np.ndarray, ls: int, xs: int, kp: int, f) -> None:
+        ns = self.h // 8 // self.sns
+        for w in range(self.warps):
+            for it in range(w, kp // 16 * self.sns, self.warps):
+                k0, h0 = it // self.sns * 16, it % self.sns * 8 * ns
+                acc = np.zeros((1, ns, 4, 32))
+                self.warp_mma(acc, mem, ls + k0 * self.ldw, xs + h0 * self.ldw, self.d // 8,
+                              False, self.ldw, False, self.ldw)
+                self.each_acc(acc, lambda m, n, v: f(k0 + m, h0 + n, v))
+
+    def forward(self, q: np.ndarray, ln: np.ndarray, grid: int, scale: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(ctx, attn) of every row, blocks blockIdx < grid each looping over its rows."""
+        h, d, ldw, ldk = self.h, self.d, self.ldw, self.ldk
+        nb, k_ = ln.shape[:2]
+        kp = -(-k_ // 16) * 16
+        ctx, attn = np.full((nb, h, d), np.nan), np.full((nb, h, k_), np.nan)
+        for blk in range(grid):
+            mem = np.full(h * ldw + self.kmax * ldw + h * ldk, np.nan)
+            qs, ls, ps = 0, h * ldw, h * ldw + self.kmax * ldw
+            self.fetch_rows(mem, qs, q, h)
+            for b in range(blk, nb, grid):
+                self.fetch_rows(mem, ls, ln[b], kp)
+
+                def score(key, hh, v):
+                    mem[ps + hh * ldk + key] = np.where(key < k_, v * scale, -np.inf)
+                self.by_horizons(mem, ls, qs, kp, score)
+                for hh in range(h):
+                    row = mem[ps + hh * ldk:ps + hh * ldk + kp]
+                    m = row[:k_].max()
+                    p = np.exp(row[:k_] - m) / np.exp(row[:k_] - m).sum()
+                    row[:k_], row[k_:] = p, 0
+                    attn[b, hh] = p
+                for w in range(self.warps):
+                    acc = np.zeros((self.cm, h // 8, 4, 32))
+                    d0 = w * 16 * self.cm
+                    for k0 in range(0, kp, 16):
+                        self.warp_mma(acc, mem, ls + k0 * ldw + d0, ps + k0, 2, True, ldw,
+                                      False, ldk)
+
+                    def put(m, n, v):
+                        ctx[b, n, d0 + m] = v
+                    self.each_acc(acc, put)
+        return ctx, attn
+
+    def backward(self, q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gctx: np.ndarray,
+                 grid: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """(grad_q_h summed over the blocks' scratch rows in order, grad_ln)."""
+        h, d, ldw, ldk, gn = self.h, self.d, self.ldw, self.ldk, self.gn
+        nb, k_ = ln.shape[:2]
+        kp = -(-k_ // 16) * 16
+        grad_ln, scratch = np.full((nb, k_, d), np.nan), np.full((grid, h, d), np.nan)
+        for blk in range(grid):
+            mem = np.full(2 * h * ldw + self.kmax * ldw + 2 * h * ldk, np.nan)
+            qs, gs, ls = 0, h * ldw, 2 * h * ldw
+            as_, ds = ls + self.kmax * ldw, ls + self.kmax * ldw + h * ldk
+            self.fetch_rows(mem, qs, q, h)
+            accq = np.zeros((self.warps, self.cm, h // 8, 4, 32))
+            for b in range(blk, nb, grid):
+                self.fetch_rows(mem, ls, ln[b], kp)
+                self.fetch_rows(mem, gs, gctx[b], h)
+                for hh in range(h):
+                    mem[as_ + hh * ldk:as_ + hh * ldk + kp] = np.r_[attn[b, hh], np.zeros(kp - k_)]
+
+                def dw(key, hh, v):
+                    mem[ds + hh * ldk + key] = v
+                self.by_horizons(mem, ls, gs, kp, dw)
+                for hh in range(h):
+                    a = mem[as_ + hh * ldk:as_ + hh * ldk + kp]
+                    sd = mem[ds + hh * ldk:ds + hh * ldk + kp]
+                    sd[:] = scale * a * (sd - (a * sd).sum())
+                for w in range(self.warps):
+                    for it in range(w, kp // 16 * (d // (8 * gn)), self.warps):
+                        k0, n0 = it // (d // (8 * gn)) * 16, it % (d // (8 * gn)) * 8 * gn
+                        acc = np.zeros((1, gn, 4, 32))
+                        self.warp_mma(acc, mem, as_ + k0, gs + n0, h // 8, True, ldk, True, ldw)
+                        self.warp_mma(acc, mem, ds + k0, qs + n0, h // 8, True, ldk, True, ldw)
+
+                        def put(m, n, v):
+                            ok = k0 + m < k_
+                            grad_ln[b, (k0 + m)[ok], (n0 + n)[ok]] = v[ok]
+                        self.each_acc(acc, put)
+                    d0 = w * 16 * self.cm
+                    for k0 in range(0, kp, 16):
+                        self.warp_mma(accq[w], mem, ls + k0 * ldw + d0, ds + k0, 2, True, ldw,
+                                      False, ldk)
+            for w in range(self.warps):
+                def keep(m, n, v):
+                    scratch[blk, n, w * 16 * self.cm + m] = v
+                self.each_acc(accq[w], keep)
+        return scratch.sum(axis=0), grad_ln
+
+
 def main() -> None:
     rng = np.random.default_rng(1)
     for h, d, k, kc in ((16, 16, 20, 16), (32, 24, 64, 32), (16, 8, 1, 16), (32, 16, 100, 64)):
@@ -392,6 +525,21 @@ def main() -> None:
         print(f"backward H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
         assert err < 1e-12, err
 
+    for h, d, warps, k, sns, gn, grid in ((32, 32, 2, 64, 1, 2, 2), (32, 32, 2, 20, 2, 4, 3),
+                                          (8, 64, 4, 1, 1, 2, 2), (16, 64, 4, 37, 2, 8, 1)):
+        q = rng.standard_normal((h, d))
+        ln = rng.standard_normal((5, k, d))
+        gctx = rng.standard_normal((5, h, d))
+        blk = Whole(h, d, warps, -(-k // 16) * 16 + 16, sns, gn)  # KMAX past the row's keys
+        want_ctx, want_attn = ref.pool_forward(q, ln)
+        ctx, attn = blk.forward(q, ln, grid, 1 / np.sqrt(d))
+        want_q, want_ln = ref.pool_backward(q, ln, want_attn, gctx)
+        got_q, got_ln = blk.backward(q, ln, want_attn, gctx, grid, 1 / np.sqrt(d))
+        err = max(np.abs(ctx - want_ctx).max(), np.abs(attn - want_attn).max(),
+                  np.abs(got_q - want_q).max(), np.abs(got_ln - want_ln).max())
+        print(f"whole    H={h} D={d} K={k} WARPS={warps} SNS={sns} GN={gn} grid {grid}: "
+              f"max abs error {err:.1e}")
+        assert err < 1e-12, err
 
 if __name__ == "__main__":
     main()

@@ -4,13 +4,15 @@ at the suite's wide shapes and odd ones: errors judged by the library's validati
 forward and (N_HORIZONS a multiple of 16) backward given ctx. Not shipped: it says whether
 tensor-core products (3xTF32 mma.sync, horizons as the n dimension) are worth a layout.
 
-    source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [first] [rows] [dsplit]
+    source .gpu/env.sh && python probes/pool_wide/run.py OUT.json [first] [rows] [dsplit] [whole]
 
 The versions to run (default all): `rate`, mma.sync's TF32 rate on this GPU (their ceiling);
 `first`, the first two (`wide_forward`, `wide_backward`);
 `rows`, the third (`wide_forward_rows`, `wide_backward_rows`: a block a row, 16 horizons a warp,
 all but the ln ring and the backward's sd in registers); `dsplit`, the fourth
-(`wide_forward_dsplit`, `wide_backward_dsplit`: the warps split D, for wide rows).
+(`wide_forward_dsplit`, `wide_backward_dsplit`: the warps split D, for wide rows); `whole`, the
+fifth (`wide_forward_whole`, `wide_backward_whole`: a block holds a whole row, every product
+spread over all its warps).
 """
 from __future__ import annotations
 
@@ -51,7 +53,9 @@ GRIDS = ("rows", "persistent")
 ROWS_POINTS = ((16, 3), (32, 3), (64, 2))
 # the fourth version: (DC, RSTAGES), columns a warp and ring slots of 16 keys
 DSPLIT_POINTS = ((32, 3), (64, 3), (128, 3), (128, 4), (256, 2))
-VERSIONS = ("first", "rows", "dsplit", "rate")
+# the fifth version: (WARPS, SNS, GN): warps, the scores' horizon splits, grad_ln's n8 tiles an item
+WHOLE_POINTS = ((4, 1, 8), (4, 1, 4), (8, 2, 8), (8, 1, 4))
+VERSIONS = ("first", "rows", "dsplit", "whole", "rate")
 
 
 def up(n: int, m: int) -> int:
@@ -71,6 +75,19 @@ def dsplit_points(h: int, d: int) -> list[tuple[int, int]]:
         return []
     return [(dc, st) for dc, st in DSPLIT_POINTS
             if d % dc == 0 and dc * h <= 2048 and d // dc <= 32]
+
+
+def whole_points(h: int, d: int, k: int) -> list[dict[str, int]]:
+    """The fifth version's modules at H, D, K that keep its rules and fit shared memory."""
+    out = []
+    for warps, sns, gn in WHOLE_POINTS:
+        sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "WARPS": warps, "KMAX": up(k, 16),
+                 "SNS": sns, "GN": gn}
+        floats = max(SIZES.value("WHOLE_FLOATS", sizes), SIZES.value("WHOLE_BWD_FLOATS", sizes))
+        if (h % 8 == 0 and d % (16 * warps) == 0 and (h // 8) % sns == 0 and d % (8 * gn) == 0
+                and 4 * floats <= device.max_shared_bytes()):
+            out.append(sizes)
+    return out
 
 
 def rows_fit(h: int, d: int, floats: int) -> bool:
@@ -162,7 +179,8 @@ def main(out: str, versions: set[str]) -> None:
         print("mma.sync m16n8k8 tf32: %.0f TFLOPS (3xTF32: %.0f)"
               % (record["mma_rate"]["tflops"], record["mma_rate"]["tflops"] / 3), flush=True)
     for h, d, b, k in SHAPES:
-        if "first" not in versions and not (rows_fit(h, d, 0) or dsplit_points(h, d)):
+        if "first" not in versions and not (rows_fit(h, d, 0) or dsplit_points(h, d)
+                                            or whole_points(h, d, k)):
             continue
         q = rng.standard_normal((h, d)).astype(np.float32)
         ln = rng.standard_normal((b, k, d)).astype(np.float32)
@@ -248,6 +266,15 @@ def main(out: str, versions: set[str]) -> None:
             if 4 * floats <= device.max_shared_bytes():
                 backward(variants.get("wide_backward_dsplit", DSPLIT=1, **sizes), d // dc, floats,
                          grid, **fields)
+            keep()
+        for sizes, grid in itertools.product(
+                whole_points(h, d, k) if "whole" in versions else (), GRIDS):
+            fields = {"KC": sizes["KMAX"], "TF32_RN": 0, "SNS": sizes["SNS"], "GN": sizes["GN"],
+                      "version": "whole"}
+            forward(variants.get("wide_forward_whole", WHOLE=1, **sizes), sizes["WARPS"],
+                    SIZES.value("WHOLE_FLOATS", sizes), grid, **fields)
+            backward(variants.get("wide_backward_whole", WHOLE=1, **sizes), sizes["WARPS"],
+                     SIZES.value("WHOLE_BWD_FLOATS", sizes), grid, **fields)
             keep()
         for (warps, kc), rn, grid in itertools.product(POINTS if "first" in versions else (),
                                                        ROUNDING, GRIDS):

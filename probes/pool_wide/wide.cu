@@ -29,7 +29,7 @@
 #include "../tf32_mma.cuh"
 #include "../../cu/heads_common.cuh"  // group_sum, group_max
 
-#if !ROWS && !DSPLIT && !RATE  // the first two versions
+#if !ROWS && !DSPLIT && !RATE && !WHOLE  // the first two versions
 // ln chunk w of this block's work (its rows blockIdx.x + i*gridDim.x, KC keys a chunk) into
 // buffer buf by cp.async; keys past K are zeros.
 __device__ __forceinline__ void fetch_chunk(float* ls, const float* __restrict__ ln, int w,
@@ -771,7 +771,7 @@ wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln
 
 #endif
 
-#if BWD && !ROWS && !DSPLIT && !RATE
+#if BWD && !ROWS && !DSPLIT && !RATE && !WHOLE
 // Backward given the forward's ctx (the softmax correction c = grad_ctx . ctx), N_HORIZONS a
 // multiple of 16. Per chunk of KC keys, with G = grad_ctx[b] and A = attn[b] at those keys:
 //   dw^T [KC x H]     = ln_chunk . G^T;  sd = scale * A * (dw - c)     (warps split the keys)
@@ -845,6 +845,166 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     }
     each_acc(accq, [&](int m, int n, float v) {
         gq_scratch[(size_t)blockIdx.x * H * D + m * D + warp * 8 * NT_Q + n] = v;
+    });
+}
+#endif
+
+#if WHOLE  // N_HORIZONS a multiple of 8, HIDDEN_DIM a multiple of 16 * WARPS, K <= KMAX
+// The fifth version: a block holds a whole row (K <= KMAX keys, a multiple of 16), so the row's
+// work is three or four block-wide products with barriers between them, each spread over every
+// warp, in place of the third version's chain of chunks in 16-horizon warps (latency-bound: a
+// row's chunks ran one after another in two warps). The softmax runs over the whole row at
+// once (no online rescale). Blocks loop over rows (a grid of B: one row a block).
+// Forward, one row:
+//   S^T [kp x H] = ln [kp x D] . q^T        items of 16 keys x H / SNS horizons over the warps
+//   P = softmax of each horizon's row       a warp a horizon; attn written normalised
+//   ctx^T [D x H] = ln^T [D x kp] . P^T     each warp D / WARPS columns, every horizon
+#define LDW (D + 4)      // ln, q, G rows
+#define LDK (KMAX + 4)   // key rows: scores, P, attn, sd
+#define CM (D / (16 * WARPS))  // a warp's m16 tiles of columns
+static_assert(H % 8 == 0 && D % (16 * WARPS) == 0 && KMAX % 16 == 0 && NH8 % SNS == 0,
+              "WHOLE sizes");
+// Shared floats: q [H][LDW], the row's ln [KMAX][LDW], scores and P [H][LDK].
+#define WHOLE_FLOATS (H * LDW + KMAX * LDW + H * LDK)
+
+// rows [0, n) of src (rows of D floats, n <= KMAX) into dst (rows LDW apart) by cp.async, rows
+// [n, kp) zeros; one commit group
+__device__ __forceinline__ void fetch_rows(float* dst, const float* __restrict__ src, int n,
+                                           int kp)
+{
+    for (int e = threadIdx.x; e < kp * D / 4; e += NTH) {
+        const int r = e / (D / 4), c = e % (D / 4) * 4;
+        const unsigned to = (unsigned)__cvta_generic_to_shared(dst + r * LDW + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(to), "l"(r < n ? src + (size_t)r * D + c : src), "r"(r < n ? 16 : 0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// X^T [kp x H] = ln . x^T (x: [H][LDW] in shared memory) over the warps, f(key, h, value) for
+// each key < kp
+template <class F>
+__device__ __forceinline__ void whole_by_horizons(const float* ls, const float* xs, int kp, F f)
+{
+    constexpr int NS = NH8 / SNS;  // n8 tiles an item
+    for (int it = threadIdx.x / 32; it < kp / 16 * SNS; it += WARPS) {
+        const int k0 = it / SNS * 16, h0 = it % SNS * 8 * NS;
+        float acc[1][NS][4];
+        zero_acc(acc);
+        warp_mma<1, NS, D / 8, false, LDW, false, LDW>(acc, ls + k0 * LDW, xs + h0 * LDW);
+        each_acc(acc, [&](int m, int n, float v) { f(k0 + m, h0 + n, v); });
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NTH)
+wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
+                   float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
+                   const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;
+    float* ls = qs + H * LDW;
+    float* ps = ls + KMAX * LDW;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kp = (K + 15) / 16 * 16;
+    fetch_rows(qs, q_h, H, H);
+    for (int b = blockIdx.x; b < B; b += gridDim.x) {
+        fetch_rows(ls, ln + (size_t)b * K * D, K, kp);
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();
+        whole_by_horizons(ls, qs, kp, [&](int key, int h, float v) {
+            ps[h * LDK + key] = key < K ? v * scale : -INFINITY;
+        });
+        __syncthreads();
+        for (int h = warp; h < H; h += WARPS) {  // every sum in lane order, then a fixed tree
+            float* row = ps + h * LDK;
+            float m = -INFINITY, l = 0.f;
+            for (int k = lane; k < K; k += 32) m = fmaxf(m, row[k]);
+            m = group_max<32>(m);
+            for (int k = lane; k < K; k += 32) l += expf(row[k] - m);
+            l = warp_sum(l);
+            float* out = attn + ((size_t)b * H + h) * K;
+            for (int k = lane; k < kp; k += 32) {
+                const float p = k < K ? expf(row[k] - m) / l : 0.f;
+                row[k] = p;
+                if (k < K) out[k] = p;
+            }
+        }
+        __syncthreads();
+        float acc[CM][NH8][4];
+        zero_acc(acc);
+        const int d0 = warp * 16 * CM;
+        for (int k0 = 0; k0 < kp; k0 += 16)
+            warp_mma<CM, NH8, 2, true, LDW, false, LDK>(acc, ls + k0 * LDW + d0, ps + k0);
+        each_acc(acc, [&](int m, int n, float v) {
+            ctx[((size_t)b * H + n) * D + d0 + m] = v;
+        });
+        __syncthreads();  // ls and ps are free for the next row
+    }
+}
+
+// Backward, one row, given attn (ctx is not needed: the whole row gives c = sum_k A dw):
+//   dw^T [kp x H] = ln . G^T;  c_h = sum_k A dw;  sd = scale * A * (dw - c)
+//   grad_ln [kp x D] = A^T . G + sd^T . q   items of 16 keys x 8 GN columns over the warps
+//   grad_q^T [D x H] += ln^T . sd^T         each warp D / WARPS columns over all its rows in
+//                                           registers; a scratch row a block at the end
+// Shared floats: q, G [H][LDW] each, ln [KMAX][LDW], A, sd [H][LDK] each.
+#define WHOLE_BWD_FLOATS (2 * H * LDW + KMAX * LDW + 2 * H * LDK)
+static_assert(D % (8 * GN) == 0, "WHOLE grad_ln items");
+
+extern "C" __global__ void __launch_bounds__(NTH)
+wide_backward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
+                    const float* __restrict__ attn, const float* __restrict__ grad_ctx,
+                    const float* __restrict__ ctx, float* __restrict__ grad_ln,
+                    float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* qs = smem;
+    float* gs = qs + H * LDW;
+    float* ls = gs + H * LDW;
+    float* as = ls + KMAX * LDW;
+    float* ds = as + H * LDK;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kp = (K + 15) / 16 * 16;
+    const int d0 = warp * 16 * CM;
+    fetch_rows(qs, q_h, H, H);
+    float accq[CM][NH8][4];
+    zero_acc(accq);
+    for (int b = blockIdx.x; b < B; b += gridDim.x) {
+        const size_t row = (size_t)b * H;
+        fetch_rows(ls, ln + (size_t)b * K * D, K, kp);
+        fetch_rows(gs, grad_ctx + row * D, H, H);
+        for (int e = threadIdx.x; e < H * kp; e += NTH) {
+            const int h = e / kp, k = e % kp;
+            as[h * LDK + k] = k < K ? attn[(row + h) * K + k] : 0.f;
+        }
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();
+        whole_by_horizons(ls, gs, kp, [&](int key, int h, float v) { ds[h * LDK + key] = v; });
+        __syncthreads();
+        for (int h = warp; h < H; h += WARPS) {
+            const float* a = as + h * LDK;
+            float* sd = ds + h * LDK;
+            float c = 0.f;
+            for (int k = lane; k < kp; k += 32) c += a[k] * sd[k];
+            c = warp_sum(c);
+            for (int k = lane; k < kp; k += 32) sd[k] = scale * a[k] * (sd[k] - c);
+        }
+        __syncthreads();
+        for (int it = warp; it < kp / 16 * (D / (8 * GN)); it += WARPS) {
+            const int k0 = it / (D / (8 * GN)) * 16, n0 = it % (D / (8 * GN)) * 8 * GN;
+            float acc[1][GN][4];
+            zero_acc(acc);
+            warp_mma<1, GN, H / 8, true, LDK, true, LDW>(acc, as + k0, gs + n0);
+            warp_mma<1, GN, H / 8, true, LDK, true, LDW>(acc, ds + k0, qs + n0);
+            each_acc(acc, [&](int m, int n, float v) {
+                if (k0 + m < K) grad_ln[((size_t)b * K + k0 + m) * D + n0 + n] = v;
+            });
+        }
+        for (int k0 = 0; k0 < kp; k0 += 16)
+            warp_mma<CM, NH8, 2, true, LDW, false, LDK>(accq, ls + k0 * LDW + d0, ds + k0);
+        __syncthreads();  // ls, gs, as and ds are free for the next row
+    }
+    each_acc(accq, [&](int m, int n, float v) {
+        gq_scratch[(size_t)blockIdx.x * H * D + n * D + d0 + m] = v;
     });
 }
 #endif
