@@ -28,7 +28,8 @@
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
 #   engine    FrdHead's roles on WGMMA=1 against the shipped launches (probes/frdhead_wgmma/engine.py)
 #   profile   Nsight Compute over the launches of $PROFILE_PY (default probes/pool_profile.py:
-#             the pool's tuned launches at the shapes short of the bars), one CSV
+#             the pool's tuned launches at the shapes short of the bars), one CSV; more
+#             sections in $PROFILE_SECTIONS (e.g. "--section ComputeWorkloadAnalysis")
 #   measure   `efficiency --measure $MEASURE_ARGS` (e.g. "--task pool.backward:B=4096,K=256
 #             --samplers tpe-transfer --chain-trials 25") for what is left of $ROUND_S seconds
 #             (default 540)
@@ -177,9 +178,10 @@ has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_
 has engine && probe_step engine "${ENGINE_S:-150}" probes/frdhead_wgmma/engine.py frd_engine.json
 if has profile; then
     mkdir -p "$out/profile"
+    # shellcheck disable=SC2086  # PROFILE_SECTIONS: words on purpose (more --section options)
     timeout "${PROFILE_S:-150}" ncu --clock-control none --section SpeedOfLight --section Occupancy \
-        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis --csv \
-        python "${PROFILE_PY:-probes/pool_profile.py}" > "$out/profile/profile.csv" \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        ${PROFILE_SECTIONS:-} --csv python "${PROFILE_PY:-probes/pool_profile.py}" > "$out/profile/profile.csv" \
         2> "$out/profile/ncu.log"
     echo "rc=$?" >> "$out/profile/ncu.log"
     pack profile

@@ -94,3 +94,48 @@ __device__ __forceinline__ void each_acc(float (&acc)[MT][NT][4], F f) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) f(16 * i + g + 8 * (e / 2), 8 * j + 2 * t + e % 2, acc[i][j][e]);
 }
+
+// warp_mma with each of the three products in accumulators of its own, added to acc at the end
+// (acc += big*big + (small*big + big*small)): a k-step's mmas wait only on the step before, not
+// on each other, so a warp with few tiles is held less by the mma's latency.
+template <int MT, int NT, int KS, bool KA, int LDA, bool KB, int LDB>
+__device__ __forceinline__ void warp_mma_split(float (&acc)[MT][NT][4], const float* a,
+                                               const float* b) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    float sb[MT][NT][4], bs[MT][NT][4], bb[MT][NT][4];
+    zero_acc(sb);
+    zero_acc(bs);
+    zero_acc(bb);
+#pragma unroll 2
+    for (int k0 = 0; k0 < 8 * KS; k0 += 8) {
+        unsigned ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float2 v = ld_pair<KA, LDA>(a, 16 * i + g + 8 * h, k0 + 2 * t);
+                split(v.x, ah[i][h], al[i][h]);
+                split(v.y, ah[i][h + 2], al[i][h + 2]);
+            }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const float2 v = ld_pair<KB, LDB>(b, 8 * j + g, k0 + 2 * t);
+            split(v.x, bh[j][0], bl[j][0]);
+            split(v.y, bh[j][1], bl[j][1]);
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                mma_tf32(sb[i][j], al[i], bh[j]);
+                mma_tf32(bs[i][j], ah[i], bl[j]);
+                mma_tf32(bb[i][j], ah[i], bh[j]);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += bb[i][j][e] + (sb[i][j][e] + bs[i][j][e]);
+}

@@ -11,6 +11,8 @@ so the three products are the exact one). The loops follow the kernel's, one war
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from pycuda_heads import reference as ref
@@ -347,9 +349,20 @@ class Whole:
     """The fifth version's block over flat shared memory (NaN where nothing was written, so a
     read of padding or of a stale row shows in the result), with tf32_mma.cuh's warp_mma."""
 
-    def __init__(self, h: int, d: int, warps: int, kmax: int, sns: int, gn: int) -> None:
+    def __init__(self, h: int, d: int, warps: int, kmax: int, sns: int, gn: int, qg: int
+                 ) -> None:
         self.h, self.d, self.warps, self.kmax, self.sns, self.gn = h, d, warps, kmax, sns, gn
-        self.ldw, self.ldk, self.cm = d + 4, kmax + 4, d // (16 * warps)
+        self.ldw, self.ldk, self.cm, self.qg = d + 4, kmax + 4, d // (16 * warps), qg
+        self.ldx, self.xrows = (d, 0) if qg else (d + 4, h)
+
+    def staged(self, smem: int, src: np.ndarray) -> tuple[np.ndarray, int]:
+        """Shared memory of `smem` floats (NaN), and where the products read src: after it as
+        global memory (QG 1; rows D apart), else its first rows (src fetched there)."""
+        if self.qg:
+            return np.r_[np.full(smem, np.nan), src.ravel()], smem
+        mem = np.full(smem, np.nan)
+        self.fetch_rows(mem, 0, src, len(src))
+        return mem, 0
 
     def fetch_rows(self, mem: np.ndarray, dst: int, src: np.ndarray, kp: int) -> None:
         for r in range(kp):
@@ -389,8 +402,8 @@ class Whole:
             for it in range(w, kp // 16 * self.sns, self.warps):
                 k0, h0 = it // self.sns * 16, it % self.sns * 8 * ns
                 acc = np.zeros((1, ns, 4, 32))
-                self.warp_mma(acc, mem, ls + k0 * self.ldw, xs + h0 * self.ldw, self.d // 8,
-                              False, self.ldw, False, self.ldw)
+                self.warp_mma(acc, mem, ls + k0 * self.ldw, xs + h0 * self.ldx, self.d // 8,
+                              False, self.ldw, False, self.ldx)
                 self.each_acc(acc, lambda m, n, v: f(k0 + m, h0 + n, v))
 
     def forward(self, q: np.ndarray, ln: np.ndarray, grid: int, scale: float
@@ -401,9 +414,9 @@ class Whole:
         kp = -(-k_ // 16) * 16
         ctx, attn = np.full((nb, h, d), np.nan), np.full((nb, h, k_), np.nan)
         for blk in range(grid):
-            mem = np.full(h * ldw + self.kmax * ldw + h * ldk, np.nan)
-            qs, ls, ps = 0, h * ldw, h * ldw + self.kmax * ldw
-            self.fetch_rows(mem, qs, q, h)
+            ls = self.xrows * ldw
+            ps = ls + self.kmax * ldw
+            mem, qs = self.staged(ps + h * ldk, q)
             for b in range(blk, nb, grid):
                 self.fetch_rows(mem, ls, ln[b], kp)
 
@@ -436,14 +449,20 @@ class Whole:
         kp = -(-k_ // 16) * 16
         grad_ln, scratch = np.full((nb, k_, d), np.nan), np.full((grid, h, d), np.nan)
         for blk in range(grid):
-            mem = np.full(2 * h * ldw + self.kmax * ldw + 2 * h * ldk, np.nan)
-            qs, gs, ls = 0, h * ldw, 2 * h * ldw
+            ls = 2 * self.xrows * ldw
             as_, ds = ls + self.kmax * ldw, ls + self.kmax * ldw + h * ldk
-            self.fetch_rows(mem, qs, q, h)
+            smem = ds + h * ldk
+            mem, qs = self.staged(smem, q)
+            if self.qg:  # every row's G after q in global memory
+                mem = np.r_[mem, gctx.ravel()]
             accq = np.zeros((self.warps, self.cm, h // 8, 4, 32))
             for b in range(blk, nb, grid):
                 self.fetch_rows(mem, ls, ln[b], kp)
-                self.fetch_rows(mem, gs, gctx[b], h)
+                if self.qg:
+                    gs = smem + h * d + b * h * d
+                else:
+                    gs = self.xrows * ldw
+                    self.fetch_rows(mem, gs, gctx[b], h)
                 for hh in range(h):
                     mem[as_ + hh * ldk:as_ + hh * ldk + kp] = np.r_[attn[b, hh], np.zeros(kp - k_)]
 
@@ -458,8 +477,10 @@ class Whole:
                     for it in range(w, kp // 16 * (d // (8 * gn)), self.warps):
                         k0, n0 = it // (d // (8 * gn)) * 16, it % (d // (8 * gn)) * 8 * gn
                         acc = np.zeros((1, gn, 4, 32))
-                        self.warp_mma(acc, mem, as_ + k0, gs + n0, h // 8, True, ldk, True, ldw)
-                        self.warp_mma(acc, mem, ds + k0, qs + n0, h // 8, True, ldk, True, ldw)
+                        self.warp_mma(acc, mem, as_ + k0, gs + n0, h // 8, True, ldk, True,
+                                      self.ldx)
+                        self.warp_mma(acc, mem, ds + k0, qs + n0, h // 8, True, ldk, True,
+                                      self.ldx)
 
                         def put(m, n, v):
                             ok = k0 + m < k_
@@ -525,19 +546,20 @@ def main() -> None:
         print(f"backward H={h} D={d} K={k} KC={kc}: max abs error {err:.1e}")
         assert err < 1e-12, err
 
-    for h, d, warps, k, sns, gn, grid in ((32, 32, 2, 64, 1, 2, 2), (32, 32, 2, 20, 2, 4, 3),
-                                          (8, 64, 4, 1, 1, 2, 2), (16, 64, 4, 37, 2, 8, 1)):
+    for (h, d, warps, k, sns, gn, grid), qg in itertools.product(
+            ((32, 32, 2, 64, 1, 2, 2), (32, 32, 2, 20, 2, 4, 3), (8, 64, 4, 1, 1, 2, 2),
+             (16, 64, 4, 37, 2, 8, 1)), (0, 1)):
         q = rng.standard_normal((h, d))
         ln = rng.standard_normal((5, k, d))
         gctx = rng.standard_normal((5, h, d))
-        blk = Whole(h, d, warps, -(-k // 16) * 16 + 16, sns, gn)  # KMAX past the row's keys
+        blk = Whole(h, d, warps, -(-k // 16) * 16 + 16, sns, gn, qg)  # KMAX past the keys
         want_ctx, want_attn = ref.pool_forward(q, ln)
         ctx, attn = blk.forward(q, ln, grid, 1 / np.sqrt(d))
         want_q, want_ln = ref.pool_backward(q, ln, want_attn, gctx)
         got_q, got_ln = blk.backward(q, ln, want_attn, gctx, grid, 1 / np.sqrt(d))
         err = max(np.abs(ctx - want_ctx).max(), np.abs(attn - want_attn).max(),
                   np.abs(got_q - want_q).max(), np.abs(got_ln - want_ln).max())
-        print(f"whole    H={h} D={d} K={k} WARPS={warps} SNS={sns} GN={gn} grid {grid}: "
+        print(f"whole    H={h} D={d} K={k} WARPS={warps} SNS={sns} GN={gn} QG={qg} grid {grid}: "
               f"max abs error {err:.1e}")
         assert err < 1e-12, err
 

@@ -53,8 +53,11 @@ GRIDS = ("rows", "persistent")
 ROWS_POINTS = ((16, 3), (32, 3), (64, 2))
 # the fourth version: (DC, RSTAGES), columns a warp and ring slots of 16 keys
 DSPLIT_POINTS = ((32, 3), (64, 3), (128, 3), (128, 4), (256, 2))
-# the fifth version: (WARPS, SNS, GN): warps, the scores' horizon splits, grad_ln's n8 tiles an item
-WHOLE_POINTS = ((4, 1, 8), (4, 1, 4), (8, 2, 8), (8, 1, 4))
+# the fifth version: (WARPS, SNS, GN, QG, SA): warps, the scores' horizon splits, grad_ln's n8
+# tiles an item, q and G through L1 (1) or staged in shared memory (0), the three products in
+# accumulators of their own (1) or one (0); the points that compile without spills
+WHOLE_POINTS = ((8, 1, 4, 0, 0), (8, 1, 4, 0, 1), (8, 1, 4, 1, 0), (8, 1, 4, 1, 1),
+                (4, 1, 8, 1, 0))
 VERSIONS = ("first", "rows", "dsplit", "whole", "rate")
 
 
@@ -80,9 +83,9 @@ def dsplit_points(h: int, d: int) -> list[tuple[int, int]]:
 def whole_points(h: int, d: int, k: int) -> list[dict[str, int]]:
     """The fifth version's modules at H, D, K that keep its rules and fit shared memory."""
     out = []
-    for warps, sns, gn in WHOLE_POINTS:
+    for warps, sns, gn, qg, sa in WHOLE_POINTS:
         sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "WARPS": warps, "KMAX": up(k, 16),
-                 "SNS": sns, "GN": gn}
+                 "SNS": sns, "GN": gn, "QG": qg, "SA": sa}
         floats = max(SIZES.value("WHOLE_FLOATS", sizes), SIZES.value("WHOLE_BWD_FLOATS", sizes))
         if (h % 8 == 0 and d % (16 * warps) == 0 and (h // 8) % sns == 0 and d % (8 * gn) == 0
                 and 4 * floats <= device.max_shared_bytes()):
@@ -270,7 +273,7 @@ def main(out: str, versions: set[str]) -> None:
         for sizes, grid in itertools.product(
                 whole_points(h, d, k) if "whole" in versions else (), GRIDS):
             fields = {"KC": sizes["KMAX"], "TF32_RN": 0, "SNS": sizes["SNS"], "GN": sizes["GN"],
-                      "version": "whole"}
+                      "QG": sizes["QG"], "SA": sizes["SA"], "version": "whole"}
             forward(variants.get("wide_forward_whole", WHOLE=1, **sizes), sizes["WARPS"],
                     SIZES.value("WHOLE_FLOATS", sizes), grid, **fields)
             backward(variants.get("wide_backward_whole", WHOLE=1, **sizes), sizes["WARPS"],

@@ -849,7 +849,7 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 }
 #endif
 
-#if WHOLE  // N_HORIZONS a multiple of 8, HIDDEN_DIM a multiple of 16 * WARPS, K <= KMAX
+#if WHOLE  // N_HORIZONS a multiple of 8, HIDDEN_DIM a multiple of 16 * WARPS, K <= KMAX; QG, SA
 // The fifth version: a block holds a whole row (K <= KMAX keys, a multiple of 16), so the row's
 // work is three or four block-wide products with barriers between them, each spread over every
 // warp, in place of the third version's chain of chunks in 16-horizon warps (latency-bound: a
@@ -859,13 +859,23 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 //   S^T [kp x H] = ln [kp x D] . q^T        items of 16 keys x H / SNS horizons over the warps
 //   P = softmax of each horizon's row       a warp a horizon; attn written normalised
 //   ctx^T [D x H] = ln^T [D x kp] . P^T     each warp D / WARPS columns, every horizon
+// QG 1: q (and the backward's G) read through L1 from global memory, not staged in shared
+// memory, so that more blocks share an SM. SA 1: the products through warp_mma_split (each of
+// 3xTF32's three products in accumulators of its own), SA 0 through warp_mma.
+#if SA
+#define WHOLE_MMA warp_mma_split
+#else
+#define WHOLE_MMA warp_mma
+#endif
 #define LDW (D + 4)      // ln, q, G rows
 #define LDK (KMAX + 4)   // key rows: scores, P, attn, sd
+#define LDX (QG ? D : LDW)     // q and G rows where the products read them
+#define XROWS (QG ? 0 : H)     // shared rows a staged q or G takes
 #define CM (D / (16 * WARPS))  // a warp's m16 tiles of columns
 static_assert(H % 8 == 0 && D % (16 * WARPS) == 0 && KMAX % 16 == 0 && NH8 % SNS == 0,
               "WHOLE sizes");
-// Shared floats: q [H][LDW], the row's ln [KMAX][LDW], scores and P [H][LDK].
-#define WHOLE_FLOATS (H * LDW + KMAX * LDW + H * LDK)
+// Shared floats: q [XROWS][LDW], the row's ln [KMAX][LDW], scores and P [H][LDK].
+#define WHOLE_FLOATS (XROWS * LDW + KMAX * LDW + H * LDK)
 
 // rows [0, n) of src (rows of D floats, n <= KMAX) into dst (rows LDW apart) by cp.async, rows
 // [n, kp) zeros; one commit group
@@ -881,8 +891,8 @@ __device__ __forceinline__ void fetch_rows(float* dst, const float* __restrict__
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// X^T [kp x H] = ln . x^T (x: [H][LDW] in shared memory) over the warps, f(key, h, value) for
-// each key < kp
+// X^T [kp x H] = ln . x^T (x: [H] rows LDX apart) over the warps, f(key, h, value) for each
+// key < kp
 template <class F>
 __device__ __forceinline__ void whole_by_horizons(const float* ls, const float* xs, int kp, F f)
 {
@@ -891,7 +901,7 @@ __device__ __forceinline__ void whole_by_horizons(const float* ls, const float* 
         const int k0 = it / SNS * 16, h0 = it % SNS * 8 * NS;
         float acc[1][NS][4];
         zero_acc(acc);
-        warp_mma<1, NS, D / 8, false, LDW, false, LDW>(acc, ls + k0 * LDW, xs + h0 * LDW);
+        WHOLE_MMA<1, NS, D / 8, false, LDW, false, LDX>(acc, ls + k0 * LDW, xs + h0 * LDX);
         each_acc(acc, [&](int m, int n, float v) { f(k0 + m, h0 + n, v); });
     }
 }
@@ -902,11 +912,11 @@ wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
                    const float scale)
 {
     extern __shared__ __align__(16) float smem[];
-    float* qs = smem;
-    float* ls = qs + H * LDW;
+    float* ls = smem + XROWS * LDW;
     float* ps = ls + KMAX * LDW;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kp = (K + 15) / 16 * 16;
-    fetch_rows(qs, q_h, H, H);
+    const float* qs = QG ? q_h : smem;
+    if (!QG) fetch_rows(smem, q_h, H, H);
     for (int b = blockIdx.x; b < B; b += gridDim.x) {
         fetch_rows(ls, ln + (size_t)b * K * D, K, kp);
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -934,7 +944,7 @@ wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
         zero_acc(acc);
         const int d0 = warp * 16 * CM;
         for (int k0 = 0; k0 < kp; k0 += 16)
-            warp_mma<CM, NH8, 2, true, LDW, false, LDK>(acc, ls + k0 * LDW + d0, ps + k0);
+            WHOLE_MMA<CM, NH8, 2, true, LDW, false, LDK>(acc, ls + k0 * LDW + d0, ps + k0);
         each_acc(acc, [&](int m, int n, float v) {
             ctx[((size_t)b * H + n) * D + d0 + m] = v;
         });
@@ -947,8 +957,8 @@ wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
 //   grad_ln [kp x D] = A^T . G + sd^T . q   items of 16 keys x 8 GN columns over the warps
 //   grad_q^T [D x H] += ln^T . sd^T         each warp D / WARPS columns over all its rows in
 //                                           registers; a scratch row a block at the end
-// Shared floats: q, G [H][LDW] each, ln [KMAX][LDW], A, sd [H][LDK] each.
-#define WHOLE_BWD_FLOATS (2 * H * LDW + KMAX * LDW + 2 * H * LDK)
+// Shared floats: q, G [XROWS][LDW] each, ln [KMAX][LDW], A, sd [H][LDK] each.
+#define WHOLE_BWD_FLOATS (2 * XROWS * LDW + KMAX * LDW + 2 * H * LDK)
 static_assert(D % (8 * GN) == 0, "WHOLE grad_ln items");
 
 extern "C" __global__ void __launch_bounds__(NTH)
@@ -958,20 +968,20 @@ wide_backward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
                     float* __restrict__ gq_scratch, const int B, const int K, const float scale)
 {
     extern __shared__ __align__(16) float smem[];
-    float* qs = smem;
-    float* gs = qs + H * LDW;
-    float* ls = gs + H * LDW;
+    float* ls = smem + 2 * XROWS * LDW;
     float* as = ls + KMAX * LDW;
     float* ds = as + H * LDK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kp = (K + 15) / 16 * 16;
     const int d0 = warp * 16 * CM;
-    fetch_rows(qs, q_h, H, H);
+    const float* qs = QG ? q_h : smem;
+    if (!QG) fetch_rows(smem, q_h, H, H);
     float accq[CM][NH8][4];
     zero_acc(accq);
     for (int b = blockIdx.x; b < B; b += gridDim.x) {
         const size_t row = (size_t)b * H;
+        const float* gs = QG ? grad_ctx + row * D : smem + XROWS * LDW;
         fetch_rows(ls, ln + (size_t)b * K * D, K, kp);
-        fetch_rows(gs, grad_ctx + row * D, H, H);
+        if (!QG) fetch_rows(smem + XROWS * LDW, grad_ctx + row * D, H, H);
         for (int e = threadIdx.x; e < H * kp; e += NTH) {
             const int h = e / kp, k = e % kp;
             as[h * LDK + k] = k < K ? attn[(row + h) * K + k] : 0.f;
@@ -993,14 +1003,14 @@ wide_backward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
             const int k0 = it / (D / (8 * GN)) * 16, n0 = it % (D / (8 * GN)) * 8 * GN;
             float acc[1][GN][4];
             zero_acc(acc);
-            warp_mma<1, GN, H / 8, true, LDK, true, LDW>(acc, as + k0, gs + n0);
-            warp_mma<1, GN, H / 8, true, LDK, true, LDW>(acc, ds + k0, qs + n0);
+            WHOLE_MMA<1, GN, H / 8, true, LDK, true, LDX>(acc, as + k0, gs + n0);
+            WHOLE_MMA<1, GN, H / 8, true, LDK, true, LDX>(acc, ds + k0, qs + n0);
             each_acc(acc, [&](int m, int n, float v) {
                 if (k0 + m < K) grad_ln[((size_t)b * K + k0 + m) * D + n0 + n] = v;
             });
         }
         for (int k0 = 0; k0 < kp; k0 += 16)
-            warp_mma<CM, NH8, 2, true, LDW, false, LDK>(accq, ls + k0 * LDW + d0, ds + k0);
+            WHOLE_MMA<CM, NH8, 2, true, LDW, false, LDK>(accq, ls + k0 * LDW + d0, ds + k0);
         __syncthreads();  // ls, gs, as and ds are free for the next row
     }
     each_acc(accq, [&](int m, int n, float v) {
