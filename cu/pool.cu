@@ -12,6 +12,9 @@
 //     rows; the backward reads ln once and keeps grad_q_h's partial in registers. See below.
 //   LAYOUT 3: wide heads (N_HORIZONS and HIDDEN_DIM multiples of 4): one block per batch row,
 //     score and context products as FP32 register tiles over shared-memory chunks of keys.
+//   LAYOUT 4: many horizons (N_HORIZONS a multiple of 8): a block holds a whole row of ln in
+//     shared memory and runs the scores, context and backward products on the tensor cores
+//     (3xTF32), every warp on each product in turn.
 //   POOL_SPLIT (in place of LAYOUT): split-K's joins (pool_split.cuh). A batch row of K keys
 //     runs as SPLIT_COUNT virtual rows of K/SPLIT_COUNT keys through any layout compiled with
 //     SPLIT_COUNT (it reads and writes the batch row's attn in place, pool_common.cuh); these
@@ -32,4 +35,6 @@
 #include "pool_layout2.cuh"
 #elif LAYOUT == 3
 #include "pool_layout3.cuh"
+#elif LAYOUT == 4
+#include "pool_layout4.cuh"
 #endif

@@ -73,6 +73,15 @@
 #define POOL_BACKWARD_FLOATS_L3 (2 * L3_ROWS + L3_CHUNKS + L3_PRODUCTS + N_HORIZONS * KC \
                                  + N_HORIZONS)
 
+// LAYOUT 4: the whole row of ln, L4_KP keys (K rounded up to a multiple of 16), rows padded to
+// L4_LDW floats; rows over the keys (scores, P, attn, DS) L4_LDK apart. Forward: ln, P.
+// Backward: q and grad_ctx, ln, attn and DS.
+#define L4_KP ((K + 15) / 16 * 16)
+#define L4_LDW (HIDDEN_DIM + 4)
+#define L4_LDK (L4_KP + 4)
+#define POOL_FORWARD_FLOATS_L4 (L4_KP * L4_LDW + N_HORIZONS * L4_LDK)
+#define POOL_BACKWARD_FLOATS_L4 ((2 * N_HORIZONS + L4_KP) * L4_LDW + 2 * N_HORIZONS * L4_LDK)
+
 // Split-K (pool_split.cuh): threads a block of its kernels, the most splits of a row (the
 // combine holds a row's split weights in shared memory), and the attention weights of a row a
 // combining block rescales at most (held in registers, SPLIT_SPAN / SPLIT_THREADS a thread).

@@ -49,10 +49,11 @@ def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES", "LANE_ACC")),
                          (BACKWARD_SPACE, ())):
         read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra,
-                3: ("BLOCK", "CHUNK")}
+                3: ("BLOCK", "CHUNK"), 4: ("BLOCK", "GRID")}
         for template, layouts in (({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {0, 1, 2}),
                                   ({"N_HORIZONS": 16, "HIDDEN_DIM": 30}, {0, 1, 2}),
-                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 128}, {0, 1, 2, 3})):
+                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 128}, {0, 1, 2, 3, 4}),
+                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {1, 3})):
             points = space.points(template)
             keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
             assert len(keys) == len(set(keys)), space.kernel
@@ -70,6 +71,24 @@ def test_layout_3_shared_memory_matches_the_kernels_layout() -> None:
     point = BACKWARD_SPACE.complete({"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}, template)
     assert backward_shared_bytes(point, {**template, **shape}) == 4 * (
         192 * 132 + 32 * 64 + 32 * 64 + 32)
+
+
+def test_layout_4_shared_memory_matches_the_kernels_layout() -> None:
+    """LAYOUT 4 holds the whole row: at H=32, D=128, K=60 (64 keys after rounding up to 16)
+    the forward keeps ln (64 rows of 132 floats) and the scores (32 rows of 68), the backward
+    also q and grad_ctx (32 rows of 132 each) and attn beside DS (32 rows of 68 each)."""
+    template, shape = {"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"K": 60}
+    forward = FORWARD_SPACE.complete({"LAYOUT": 4, "BLOCK": 256}, template)
+    assert FORWARD_SPACE.violated(forward, template) is None
+    assert forward_shared_bytes(forward, {**template, **shape}) == 4 * (64 * 132 + 32 * 68)
+    backward = BACKWARD_SPACE.complete({"LAYOUT": 4, "BLOCK": 256, "GRID": 2}, template)
+    assert BACKWARD_SPACE.violated(backward, template) is None
+    assert backward_shared_bytes(backward, {**template, **shape}) == 4 * (
+        128 * 132 + 64 * 68)
+    # the tensor-core tiles: horizons in n8 tiles, D in m16 tiles over the warps, D <= 256
+    for template in ({"N_HORIZONS": 12, "HIDDEN_DIM": 128}, {"N_HORIZONS": 32, "HIDDEN_DIM": 96},
+                     {"N_HORIZONS": 8, "HIDDEN_DIM": 512}):
+        assert FORWARD_SPACE.violated(forward, template) is not None
 
 
 def test_layout_2_backward_ring_holds_every_key_of_a_step() -> None:

@@ -17,7 +17,7 @@ from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
-# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2 and 3 cannot).
+# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2, 3 and 4 cannot).
 MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 
 # Register rows and shared-memory regions as the kernels declare them (cu/pool_sizes.cuh; the
@@ -30,7 +30,7 @@ SIZES = HeaderSizes(cu_dir() / "heads_common.cuh", cu_dir() / "pool_sizes.cuh")
 _ROW = SIZES.expr("ROW_PER_LANE")
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
-           "LAYOUT": (0, 1, 2, 3)}
+           "LAYOUT": (0, 1, 2, 3, 4)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
 # wave), blocks per SM the registers must allow (0: ptxas decides), ring slots per warp; keys
@@ -51,6 +51,14 @@ _LAYOUT3 = (
     f"LAYOUT != 3 or ({_KC} >= 1 and {_KC} % {_TK} == 0 "
     f"and N_HORIZONS * {_KC} % (4 * {_TK}) == 0 and 0 < {_T1} <= BLOCK and BLOCK % {_T1} == 0 "
     f"and HIDDEN_DIM % (BLOCK // {_T1}) == 0 and HIDDEN_DIM // (BLOCK // {_T1}) % 4 == 0)")
+# LAYOUT 4 (a whole row in shared memory, tensor-core products): warps of 16-key and
+# 16-column tiles over horizons in n8 tiles; its grid as LAYOUT 2's GRID. Up to HIDDEN_DIM 256:
+# beyond, its 3xTF32 sums (one accumulator for the three products) approach the validation's
+# tolerance (reports/nvidia-h200/probes/pool_wide_whole.json, H=32, D=1024).
+_LAYOUT4 = (
+    "LAYOUT != 4 or ((GROUP, TEAMS, MIN_BLOCKS, STAGES) == (32, 1, 0, 4) and VEC == 4 "
+    "and UNROLL == 1 and BLOCK in (128, 256) and N_HORIZONS % 8 == 0 "
+    "and HIDDEN_DIM % (BLOCK // 2) == 0 and HIDDEN_DIM <= 256)",)
 _LAYOUT2_LIMITS = (
     # fewer than 64 registers a thread spill the per-lane rows
     "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
@@ -84,14 +92,14 @@ FORWARD_SPACE = KernelSpace(
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
-                  f"LAYOUT in (2, 3) or {_PINNED}",
+                  f"LAYOUT in (2, 3, 4) or {_PINNED}",
                   "LAYOUT == 2 or (QREG, LANE_ACC) == (0, 0)",
                   # scores in shared memory and lane-owned accumulators: one-warp teams only
                   # (no merge buffers there); the weights are read 4 keys at a time
                   "SMEM_SCORES == 0 or (LAYOUT == 2 and TEAMS == BLOCK // 32)",
                   "LANE_ACC == 0 or (TEAMS == BLOCK // 32 and 32 // GROUP * GROUP_KEYS % 4 == 0)",
                   "LANE_ACC == 1 or GROUP_KEYS == 1",
-                  *_LAYOUT2_LIMITS, *_LAYOUT3,
+                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4,
                   # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling:
                   # acc (and q with QREG) of every horizon and one ln step; with LANE_ACC, acc
                   # of a lane's own columns, GROUP_KEYS ln rows and their scores
@@ -114,9 +122,9 @@ BACKWARD_SPACE = KernelSpace(
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
                   # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
                   f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32",
-                  f"LAYOUT in (2, 3) or {_PINNED}",
+                  f"LAYOUT in (2, 3, 4) or {_PINNED}",
                   "LAYOUT == 2 or GROUP_KEYS == 1",
-                  *_LAYOUT2_LIMITS, *_LAYOUT3,
+                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4,
                   # per lane: grad_ctx and the grad_q_h partial of every horizon, a query row,
                   # and an ln row and a grad_ln row for each of the GROUP_KEYS keys; 168 fit
                   # the registers of MIN_BLOCKS 3, and with no minimum ptxas holds 226 (H=2,
@@ -168,8 +176,9 @@ def _split_defines(s: int) -> dict[str, int] | None:
 
 
 def _blocks(p: Mapping[str, Any], b: int) -> int:
-    """One block per batch row; in LAYOUT 2 one per TEAMS rows, at most GRID per SM."""
-    if p["LAYOUT"] != 2:
+    """One block per batch row; in LAYOUT 2 one per TEAMS rows; in LAYOUT 2 and 4 at most GRID
+    per SM."""
+    if p["LAYOUT"] not in (2, 4):
         return b
     blocks = -(-b // p["TEAMS"])
     return min(blocks, p["GRID"] * device.sm_count()) if p["GRID"] else blocks
