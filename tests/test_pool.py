@@ -189,13 +189,13 @@ def test_layout_2_register_caps_agree(params):
         assert_variant_passes(kernel, template, shape, point)
 
 
-@pytest.mark.parametrize("layout", [0, 1, 2, 3])
+@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4])
 @pytest.mark.parametrize("with_grad_attn", [False, True])
 def test_backward_with_and_without_ctx(layout, with_grad_attn):
     """With ctx (one pass over ln) and without (the old call): both match the reference and
     repeat bitwise."""
     rng = np.random.default_rng(11)
-    h, d, b, k = (8, 128, 5, 70) if layout == 3 else (5, 128, 9, 37)
+    h, d, b, k = (8, 128, 5, 70) if layout in (3, 4) else (5, 128, 9, 37)
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     gc = rng.standard_normal((b, h, d), dtype=F32)
     ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None
@@ -235,6 +235,26 @@ def test_layout_3_matches_reference(template, shape, params, kernel):
               and all(p[k] == v for k, v in params.items())]
     if not points:
         pytest.skip(f"no LAYOUT 3 point with {params} at {template}")
+    assert_variant_passes(kernel, template, shape, points[0])
+
+
+# --- LAYOUT 4: many horizons, a whole row in shared memory, tensor-core products ---
+
+@pytest.mark.parametrize("template,shape", [
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 3, "K": 64}),
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 2, "K": 100}),    # keys past K in the tiles
+    ({"N_HORIZONS": 16, "HIDDEN_DIM": 256}, {"B": 3, "K": 1}),
+    ({"N_HORIZONS": 24, "HIDDEN_DIM": 128}, {"B": 3, "K": 33}),
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 64}, {"B": 2, "K": 200})])
+@pytest.mark.parametrize("params", [{"BLOCK": 128}, {"BLOCK": 256}, {"BLOCK": 128, "GRID": 1}],
+                         ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
+def test_layout_4_matches_reference(template, shape, params, kernel):
+    space = ph.PerHorizonAttentionPool.SPACES[kernel.split(".")[1]]
+    points = [p for p in space.points(template, shape) if p["LAYOUT"] == 4
+              and all(p[k] == v for k, v in params.items())]
+    if not points:
+        pytest.skip(f"no LAYOUT 4 point with {params} at {template}")
     assert_variant_passes(kernel, template, shape, points[0])
 
 
@@ -281,7 +301,10 @@ _LAYOUTS = {f"layout{n}": {"forward": {"LAYOUT": n}, "backward": {"LAYOUT": n}} 
     pytest.param(_LAYOUTS.get(name, {}), *shape, id=f"{name}-{shape[3]}")
     for name in ("default", "layout0", "layout1")
     for shape in ((5, 128, 2, 4096), (3, 96, 1, 6000), (1, 30, 1, 65536))
-    if not (name == "layout0" and shape[3] > 8192)])
+    if not (name == "layout0" and shape[3] > 8192)] + [
+    # LAYOUT 4 holds the whole row's 512 keys (the launch is checked there), and runs 2 of 256
+    pytest.param({"forward": {"LAYOUT": 4}, "backward": {"LAYOUT": 4}}, 8, 64, 2, 512,
+                 id="layout4-512")])
 @pytest.mark.parametrize("peaked", [False, True])
 def test_split_rows_match_the_reference_with_and_without_grad_attn(launch, h, d, b, k, peaked):
     """Split rows (16 of 256 keys, 16 of 375, 256 of 256) against float64, with grad_attn's
