@@ -230,11 +230,18 @@ def test_backward_with_and_without_ctx(layout, with_grad_attn):
                          ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "first")
 @pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
 def test_layout_3_matches_reference(template, shape, params, kernel):
+    _assert_layout_passes(3, kernel, template, shape, params)
+
+
+def _assert_layout_passes(layout: int, kernel: str, template: dict, shape: dict,
+                          params: dict) -> None:
+    """The first valid point of ``layout`` with ``params`` passes the variant checks (a skip
+    where the layout has none at the template)."""
     space = ph.PerHorizonAttentionPool.SPACES[kernel.split(".")[1]]
-    points = [p for p in space.points(template, shape) if p["LAYOUT"] == 3
+    points = [p for p in space.points(template, shape) if p["LAYOUT"] == layout
               and all(p[k] == v for k, v in params.items())]
     if not points:
-        pytest.skip(f"no LAYOUT 3 point with {params} at {template}")
+        pytest.skip(f"no LAYOUT {layout} point with {params} at {template}")
     assert_variant_passes(kernel, template, shape, points[0])
 
 
@@ -250,12 +257,7 @@ def test_layout_3_matches_reference(template, shape, params, kernel):
                          ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
 @pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
 def test_layout_4_matches_reference(template, shape, params, kernel):
-    space = ph.PerHorizonAttentionPool.SPACES[kernel.split(".")[1]]
-    points = [p for p in space.points(template, shape) if p["LAYOUT"] == 4
-              and all(p[k] == v for k, v in params.items())]
-    if not points:
-        pytest.skip(f"no LAYOUT 4 point with {params} at {template}")
-    assert_variant_passes(kernel, template, shape, points[0])
+    _assert_layout_passes(4, kernel, template, shape, params)
 
 
 def test_keys_beyond_the_range_raise_before_launch():
