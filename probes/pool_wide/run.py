@@ -42,22 +42,20 @@ SM_SHARED = 233472  # shared memory an H200 SM holds (bytes)
 SHAPES = ((32, 128, 512, 64), (8, 512, 1024, 128), (16, 256, 256, 64),
           (32, 128, 3, 100), (8, 512, 2, 1), (32, 1024, 2, 9))
 # (WARPS, KC); variants whose sizes break wide.cu's rules at a shape are skipped there. Each
-# with TF32_RN 0 and 1 (operand halves truncated or rounded), on a grid of B blocks (a row a
-# block) and on a persistent grid (as many blocks as fit on the SMs, each looping over rows).
+# on a grid of B blocks (a row a block) and on a persistent grid (as many blocks as fit on the
+# SMs, each looping over rows). Operand halves are truncated to tf32 (rounding them, TF32_RN,
+# measured at d525cc4: 10-25% slower for at most half the error, dropped).
 POINTS = ((4, 64), (2, 32), (8, 128), (4, 128))
-ROUNDING = (0, 1)
 GRIDS = ("rows", "persistent")
-# the third version: (KC, RSTAGES), truncated halves only (rounding measured not worth it); the
-# forward at KC 16 with two slots spills, so it is left out; the backward takes KC a multiple of
-# 16 a warp
+# the third version: (KC, RSTAGES); the forward at KC 16 with two slots spills, so it is left
+# out; the backward takes KC a multiple of 16 a warp
 ROWS_POINTS = ((16, 3), (32, 3), (64, 2))
 # the fourth version: (DC, RSTAGES), columns a warp and ring slots of 16 keys
 DSPLIT_POINTS = ((32, 3), (64, 3), (128, 3), (128, 4), (256, 2))
-# the fifth version: (WARPS, SNS, GN, QG, SA): warps, the scores' horizon splits, grad_ln's n8
-# tiles an item, q and G through L1 (1) or staged in shared memory (0), the three products in
-# accumulators of their own (1) or one (0); the points that compile without spills
-WHOLE_POINTS = ((8, 1, 4, 0, 0), (8, 1, 4, 0, 1), (8, 1, 4, 1, 0), (8, 1, 4, 1, 1),
-                (4, 1, 8, 1, 0))
+# the fifth version: (WARPS, SNS, GN, QG): warps, the scores' horizon splits, grad_ln's n8 tiles
+# an item, q and G through L1 (1) or staged in shared memory (0); the points that compile
+# without spills (SA, each product in accumulators of its own, measured at 33d6179 and dropped)
+WHOLE_POINTS = ((8, 1, 4, 0), (8, 1, 4, 1), (4, 1, 8, 1))
 VERSIONS = ("first", "rows", "dsplit", "whole", "rate")
 
 
@@ -83,9 +81,9 @@ def dsplit_points(h: int, d: int) -> list[tuple[int, int]]:
 def whole_points(h: int, d: int, k: int) -> list[dict[str, int]]:
     """The fifth version's modules at H, D, K that keep its rules and fit shared memory."""
     out = []
-    for warps, sns, gn, qg, sa in WHOLE_POINTS:
+    for warps, sns, gn, qg in WHOLE_POINTS:
         sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "WARPS": warps, "KMAX": up(k, 16),
-                 "SNS": sns, "GN": gn, "QG": qg, "SA": sa}
+                 "SNS": sns, "GN": gn, "QG": qg}
         floats = max(SIZES.value("WHOLE_FLOATS", sizes), SIZES.value("WHOLE_BWD_FLOATS", sizes))
         if (h % 8 == 0 and d % (16 * warps) == 0 and (h // 8) % sns == 0 and d % (8 * gn) == 0
                 and 4 * floats <= device.max_shared_bytes()):
@@ -106,9 +104,9 @@ def fits(h: int, d: int, warps: int, kc: int, floats: int, backward: bool) -> bo
     return rules and 4 * floats <= device.max_shared_bytes()
 
 
-def first_versions(h: int, d: int, warps: int, kc: int, rn: int) -> dict[str, int]:
+def first_versions(h: int, d: int, warps: int, kc: int) -> dict[str, int]:
     """The -D constants of the first two versions' module."""
-    return {"N_HORIZONS": h, "HIDDEN_DIM": d, "WARPS": warps, "KC": kc, "TF32_RN": rn,
+    return {"N_HORIZONS": h, "HIDDEN_DIM": d, "WARPS": warps, "KC": kc,
             **({"BWD": 1} if h % 16 == 0 else {})}
 
 
@@ -152,7 +150,7 @@ def point(run: Callable[[], None], outputs: Callable[[], tuple], want: tuple, f3
 
 
 def say(pass_: str, shape: tuple, p: dict, library_us: float, floor_us: float) -> None:
-    print(pass_, *shape, p["WARPS"], p["KC"], p["TF32_RN"], p["grid"], "%.1f us" % p["us"],
+    print(pass_, *shape, p["WARPS"], p["KC"], p["grid"], "%.1f us" % p["us"],
           "(library %.1f, floor %.1f)" % (library_us, floor_us),
           "rel err %.2e" % max(c["max_rel_err"] for c in p["checks"].values()),
           "passes" if all(c["passed"] for c in p["checks"].values()) else "FAILS",
@@ -249,7 +247,7 @@ def main(out: str, versions: set[str]) -> None:
             floats, warps = shared_floats("ROWS", k, **sizes), h // 16
             if not rows_fit(h, d, floats):
                 continue
-            fields = {"KC": kc, "TF32_RN": 0, "RSTAGES": stages, "version": "rows"}
+            fields = {"KC": kc, "RSTAGES": stages, "version": "rows"}
             forward(variants.get("wide_forward_rows", ROWS=1, **sizes), warps, floats, grid,
                     **fields)
             floats = shared_floats("ROWS_BWD", **sizes)
@@ -260,7 +258,7 @@ def main(out: str, versions: set[str]) -> None:
         for (dc, stages), grid in itertools.product(
                 dsplit_points(h, d) if "dsplit" in versions else (), GRIDS):
             sizes = {"N_HORIZONS": h, "HIDDEN_DIM": d, "DC": dc, "KC": 16, "RSTAGES": stages}
-            fields = {"KC": 16, "TF32_RN": 0, "RSTAGES": stages, "DC": dc, "version": "dsplit"}
+            fields = {"KC": 16, "RSTAGES": stages, "DC": dc, "version": "dsplit"}
             floats = shared_floats("DSPLIT", k, **sizes)
             if 4 * floats <= device.max_shared_bytes():
                 forward(variants.get("wide_forward_dsplit", DSPLIT=1, **sizes), d // dc, floats,
@@ -272,24 +270,21 @@ def main(out: str, versions: set[str]) -> None:
             keep()
         for sizes, grid in itertools.product(
                 whole_points(h, d, k) if "whole" in versions else (), GRIDS):
-            fields = {"KC": sizes["KMAX"], "TF32_RN": 0, "SNS": sizes["SNS"], "GN": sizes["GN"],
-                      "QG": sizes["QG"], "SA": sizes["SA"], "version": "whole"}
+            fields = {"KC": sizes["KMAX"], "SNS": sizes["SNS"], "GN": sizes["GN"],
+                      "QG": sizes["QG"], "version": "whole"}
             forward(variants.get("wide_forward_whole", WHOLE=1, **sizes), sizes["WARPS"],
                     SIZES.value("WHOLE_FLOATS", sizes), grid, **fields)
             backward(variants.get("wide_backward_whole", WHOLE=1, **sizes), sizes["WARPS"],
                      SIZES.value("WHOLE_BWD_FLOATS", sizes), grid, **fields)
             keep()
-        for (warps, kc), rn, grid in itertools.product(POINTS if "first" in versions else (),
-                                                       ROUNDING, GRIDS):
-            sizes = first_versions(h, d, warps, kc, rn)
+        for (warps, kc), grid in itertools.product(POINTS if "first" in versions else (), GRIDS):
+            sizes = first_versions(h, d, warps, kc)
             floats = shared_floats("WIDE", k, **sizes)
             if fits(h, d, warps, kc, floats, False):
-                forward(variants.get("wide_forward", **sizes), warps, floats, grid, KC=kc,
-                        TF32_RN=rn)
+                forward(variants.get("wide_forward", **sizes), warps, floats, grid, KC=kc)
             floats = shared_floats("WIDE_BWD", **sizes)
             if fits(h, d, warps, kc, floats, True):
-                backward(variants.get("wide_backward", **sizes), warps, floats, grid, KC=kc,
-                         TF32_RN=rn)
+                backward(variants.get("wide_backward", **sizes), warps, floats, grid, KC=kc)
         record["shapes"].append(entry)
         Path(out).write_text(json.dumps(record, indent=1))  # after each shape: a cut run keeps it
 

@@ -27,6 +27,17 @@
 #define WIDE_FLOATS (H * LDQ + 2 * KC * LDL + H * LDP + H * KP + 3 * H)
 
 #include "../tf32_mma.cuh"
+
+// Every version's entry points take the same parameters: run.py launches them all alike (the
+// backward's ctx is read by the versions that need it).
+#define WIDE_FORWARD_PARAMS                                                                   \
+    const float* __restrict__ q_h, const float* __restrict__ ln, float* __restrict__ ctx,     \
+        float* __restrict__ attn, const int B, const int K, const float scale
+#define WIDE_BACKWARD_PARAMS                                                                  \
+    const float* __restrict__ q_h, const float* __restrict__ ln, const float* __restrict__ attn, \
+        const float* __restrict__ grad_ctx, const float* __restrict__ ctx,                    \
+        float* __restrict__ grad_ln, float* __restrict__ gq_scratch, const int B, const int K, \
+        const float scale
 #include "../../cu/heads_common.cuh"  // group_sum, group_max
 
 #if !ROWS && !DSPLIT && !RATE && !WHOLE  // the first two versions
@@ -76,8 +87,7 @@ __device__ __forceinline__ void next_chunk(float* lbuf, const float* __restrict_
 // block. The next chunk (of this row or the block's next) is fetched into the other ln buffer
 // while this one is computed.
 extern "C" __global__ void __launch_bounds__(NTH)
-wide_forward(const float* __restrict__ q_h, const float* __restrict__ ln, float* __restrict__ ctx,
-             float* __restrict__ attn, const int B, const int K, const float scale)
+wide_forward(WIDE_FORWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     const int nck = (K + KC - 1) / KC, kp = nck * KC;
@@ -318,9 +328,7 @@ __device__ __forceinline__ void rows_times_ln(float (&acc)[NTD][4], const float 
 }
 
 extern "C" __global__ void __launch_bounds__(RTH)
-wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
-                  float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
-                  const float scale)
+wide_forward_rows(WIDE_FORWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     const int nck = (K + KC - 1) / KC, kp = nck * KC;
@@ -416,10 +424,7 @@ wide_forward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
 #if KC % (16 * RWARPS) == 0  // whole m16 tiles of keys a warp
 
 extern "C" __global__ void __launch_bounds__(RTH)
-wide_backward_rows(const float* __restrict__ q_h, const float* __restrict__ ln,
-                   const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-                   const float* __restrict__ ctx, float* __restrict__ grad_ln,
-                   float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+wide_backward_rows(WIDE_BACKWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     const int nck = (K + KC - 1) / KC;
@@ -583,9 +588,7 @@ __device__ __forceinline__ void dsplit_times(float (&acc)[MT_D][NH8][4], const f
 }
 
 extern "C" __global__ void __launch_bounds__(RING_THREADS)
-wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
-                    float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
-                    const float scale)
+wide_forward_dsplit(WIDE_FORWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     const int nck = (K + KC - 1) / KC, kp = nck * KC;
@@ -692,10 +695,7 @@ wide_forward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
 #define NT_DC (DC / 8)
 
 extern "C" __global__ void __launch_bounds__(RING_THREADS)
-wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln,
-                     const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-                     const float* __restrict__ ctx, float* __restrict__ grad_ln,
-                     float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+wide_backward_dsplit(WIDE_BACKWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     const int nck = (K + KC - 1) / KC;
@@ -788,10 +788,7 @@ wide_backward_dsplit(const float* __restrict__ q_h, const float* __restrict__ ln
 #define WIDE_BWD_FLOATS (2 * H * LDG + 2 * KC * LDL + 2 * H * LDW + H)
 
 extern "C" __global__ void __launch_bounds__(NTH)
-wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
-              const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-              const float* __restrict__ ctx, float* __restrict__ grad_ln,
-              float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+wide_backward(WIDE_BACKWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     const int nck = (K + KC - 1) / KC;
@@ -849,7 +846,7 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 }
 #endif
 
-#if WHOLE  // N_HORIZONS a multiple of 8, HIDDEN_DIM a multiple of 16 * WARPS, K <= KMAX; QG, SA
+#if WHOLE  // N_HORIZONS a multiple of 8, HIDDEN_DIM a multiple of 16 * WARPS, K <= KMAX; QG
 // The fifth version: a block holds a whole row (K <= KMAX keys, a multiple of 16), so the row's
 // work is three or four block-wide products with barriers between them, each spread over every
 // warp, in place of the third version's chain of chunks in 16-horizon warps (latency-bound: a
@@ -860,13 +857,7 @@ wide_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
 //   P = softmax of each horizon's row       a warp a horizon; attn written normalised
 //   ctx^T [D x H] = ln^T [D x kp] . P^T     each warp D / WARPS columns, every horizon
 // QG 1: q (and the backward's G) read through L1 from global memory, not staged in shared
-// memory, so that more blocks share an SM. SA 1: the products through warp_mma_split (each of
-// 3xTF32's three products in accumulators of its own), SA 0 through warp_mma.
-#if SA
-#define WHOLE_MMA warp_mma_split
-#else
-#define WHOLE_MMA warp_mma
-#endif
+// memory, so that more blocks share an SM.
 #define LDW (D + 4)      // ln, q, G rows
 #define LDK (KMAX + 4)   // key rows: scores, P, attn, sd
 #define LDX (QG ? D : LDW)     // q and G rows where the products read them
@@ -901,15 +892,13 @@ __device__ __forceinline__ void whole_by_horizons(const float* ls, const float* 
         const int k0 = it / SNS * 16, h0 = it % SNS * 8 * NS;
         float acc[1][NS][4];
         zero_acc(acc);
-        WHOLE_MMA<1, NS, D / 8, false, LDW, false, LDX>(acc, ls + k0 * LDW, xs + h0 * LDX);
+        warp_mma<1, NS, D / 8, false, LDW, false, LDX>(acc, ls + k0 * LDW, xs + h0 * LDX);
         each_acc(acc, [&](int m, int n, float v) { f(k0 + m, h0 + n, v); });
     }
 }
 
 extern "C" __global__ void __launch_bounds__(NTH)
-wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
-                   float* __restrict__ ctx, float* __restrict__ attn, const int B, const int K,
-                   const float scale)
+wide_forward_whole(WIDE_FORWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     float* ls = smem + XROWS * LDW;
@@ -944,7 +933,7 @@ wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
         zero_acc(acc);
         const int d0 = warp * 16 * CM;
         for (int k0 = 0; k0 < kp; k0 += 16)
-            WHOLE_MMA<CM, NH8, 2, true, LDW, false, LDK>(acc, ls + k0 * LDW + d0, ps + k0);
+            warp_mma<CM, NH8, 2, true, LDW, false, LDK>(acc, ls + k0 * LDW + d0, ps + k0);
         each_acc(acc, [&](int m, int n, float v) {
             ctx[((size_t)b * H + n) * D + d0 + m] = v;
         });
@@ -962,10 +951,7 @@ wide_forward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
 static_assert(D % (8 * GN) == 0, "WHOLE grad_ln items");
 
 extern "C" __global__ void __launch_bounds__(NTH)
-wide_backward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
-                    const float* __restrict__ attn, const float* __restrict__ grad_ctx,
-                    const float* __restrict__ ctx, float* __restrict__ grad_ln,
-                    float* __restrict__ gq_scratch, const int B, const int K, const float scale)
+wide_backward_whole(WIDE_BACKWARD_PARAMS)
 {
     extern __shared__ __align__(16) float smem[];
     float* ls = smem + 2 * XROWS * LDW;
@@ -1003,14 +989,14 @@ wide_backward_whole(const float* __restrict__ q_h, const float* __restrict__ ln,
             const int k0 = it / (D / (8 * GN)) * 16, n0 = it % (D / (8 * GN)) * 8 * GN;
             float acc[1][GN][4];
             zero_acc(acc);
-            WHOLE_MMA<1, GN, H / 8, true, LDK, true, LDX>(acc, as + k0, gs + n0);
-            WHOLE_MMA<1, GN, H / 8, true, LDK, true, LDX>(acc, ds + k0, qs + n0);
+            warp_mma<1, GN, H / 8, true, LDK, true, LDX>(acc, as + k0, gs + n0);
+            warp_mma<1, GN, H / 8, true, LDK, true, LDX>(acc, ds + k0, qs + n0);
             each_acc(acc, [&](int m, int n, float v) {
                 if (k0 + m < K) grad_ln[((size_t)b * K + k0 + m) * D + n0 + n] = v;
             });
         }
         for (int k0 = 0; k0 < kp; k0 += 16)
-            WHOLE_MMA<CM, NH8, 2, true, LDW, false, LDK>(accq, ls + k0 * LDW + d0, ds + k0);
+            warp_mma<CM, NH8, 2, true, LDW, false, LDK>(accq, ls + k0 * LDW + d0, ds + k0);
         __syncthreads();  // ls, gs, as and ds are free for the next row
     }
     each_acc(accq, [&](int m, int n, float v) {
