@@ -232,6 +232,20 @@ def test_a_tpe_study_starts_with_the_points_a_sweep_compiles_ahead(tmp_path):
     assert all(t.state in COUNTED for t in trials)
 
 
+def test_a_fresh_study_tries_every_layout_before_tpe_models_them():
+    """At H=32, D=128 the pool has five layouts' points, LAYOUT 4's few among thousands: a study
+    handed no tries and no shipped point still times each layout the shape can run within its
+    startup trials, the tensor-core layout included."""
+    from pycuda_heads.tuning.spaces import STARTUP_TRIALS, startup_points
+    for kernel in ("pool.forward", "pool.backward"):
+        task = TuningTask.from_spec(catalog()[kernel], {"B": 512, "K": 64}, "Toy GPU", "toy-gpu",
+                                    template={"N_HORIZONS": 32, "HIDDEN_DIM": 128})
+        startup = startup_points(task, trials=30, seed=0, fresh=True)
+        runs = {p["LAYOUT"] for p in task.space.points(task.template, task.shape)}
+        assert len(startup) == STARTUP_TRIALS and {p["LAYOUT"] for p in startup} == runs
+        assert 4 in runs
+
+
 def test_a_retune_starts_from_the_shipped_point(monkeypatch):
     """The shipped table's entry for the task, whatever sources it was tuned on, is the second
     startup trial, completed for knobs the space gained since; an entry that can no longer run
