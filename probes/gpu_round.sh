@@ -9,7 +9,8 @@
 #   tune      (after probes/preflight.py: no tune that would empty a kernel from the table)
 #             `tune` of each $TUNE_TASKS entry (KERNEL:SHAPE:TEMPLATE, space-separated; $TUNE_TRIALS
 #             trials, $TUNE_S seconds each; $TUNE_TRY: space-separated JSON points tried first
-#             where valid), the best validated points exported into the table
+#             where valid, KERNEL=JSON for one kernel's tasks only: `tune` refuses a point with a
+#             knob its kernel lacks), the best validated points exported into the table
 #   tests     the GPU tests with their record ($TESTS_K: only those pytest -k selects), beside
 #   validate  a fresh validation with compute-sanitizer of every family
 #   native    build the C++ launcher of pycuda_heads.torch once, before anything uses it
@@ -86,9 +87,15 @@ if has tune && { mkdir -p "$out/tune"; ! python probes/preflight.py "${TUNE_TASK
     echo "tune skipped: probes/preflight.py refused" >> "$out/tune/preflight.log"
     pack tune
 elif has tune; then
-    tries=(); for point in ${TUNE_TRY:-}; do tries+=(--try "$point"); done
     for task in ${TUNE_TASKS:?}; do
         IFS=: read -r kernel shape template <<< "$task"
+        tries=()
+        for point in ${TUNE_TRY:-}; do
+            case $point in
+                "$kernel="*) tries+=(--try "${point#*=}") ;;
+                "{"*) tries+=(--try "$point") ;;
+            esac
+        done
         timeout $(( ${TUNE_S:-60} + 60 )) pycuda-heads tune --kernel "$kernel" --shape "$shape" \
             ${template:+--template "$template"} --trials "${TUNE_TRIALS:-30}" \
             --time-budget "${TUNE_S:-60}" "${tries[@]}" --no-progress >> "$out/tune/tune.log" 2>&1
