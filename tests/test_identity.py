@@ -83,14 +83,15 @@ def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monke
 
 def test_a_knob_value_the_tree_lacks_renders_as_new():
     """A point whose knob takes a value the tree's space has not got (a layout added since the
-    base) is a new kernel there: no render, no comparison."""
+    base) renders with that knob dropped, as a knob the tree lacks would be: a new kernel,
+    set aside from the comparison."""
     from pycuda_heads.verify import identity
     spec = catalog()["pool.forward"]
     template = {"N_HORIZONS": 32, "HIDDEN_DIM": 128}
     todo = [{"kernel": spec.id, "template": template, "shapes": {},
              "params": {**spec.space.default, "LAYOUT": layout}} for layout in (99, 2)]
     new, known = identity._render_in(ROOT, todo)
-    assert new == {"new": True} and "source" in known and not known.get("new")
+    assert new["dropped"] == ["LAYOUT"] and known["dropped"] == []
 
 
 def test_a_point_of_a_knob_the_base_lacks_is_new_not_compared(monkeypatch):

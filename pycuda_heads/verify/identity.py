@@ -56,10 +56,9 @@ cat, out = catalog(), []
 for v in json.load(sys.stdin):
     spec = cat[v["kernel"]]
     env = {**v["template"]}
-    known = {k: x for k, x in v["params"].items() if k in spec.space.params}
-    if any(x not in spec.space.params[k] for k, x in known.items()):
-        out.append({"new": True})  # a knob value this tree has not got: nothing to compare
-        continue
+    # knobs, and knob values, this tree has not got are dropped (the caller sets them aside)
+    known = {k: x for k, x in v["params"].items()
+             if k in spec.space.params and x in spec.space.params[k]}
     params = spec.space.complete(known, env)  # knobs this tree has and the entry lacks
     host, shared = {}, spec.space.shared_bytes  # None: no dynamic shared memory in the family
     for label, shape in v["shapes"].items():
@@ -212,11 +211,11 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     revision = _revision(root, base)
     todo = variants(family, sample)
     before, after = render_at(revision, todo, root), render_at(None, todo, root)
-    # a point that sets a knob the base has not got away from its default, or a knob to a
-    # value the base has not got, is a new kernel, with nothing to be identical to
+    # a point that sets a knob the base has not got (or to a value it has not got) away from
+    # its default is a new kernel, with nothing to be identical to
     default = {s.id: s.space.default for s in catalog() if s.family == family}
-    kept = [i for i, v in enumerate(todo) if not before[i].get("new")
-            and all(v["params"][k] == default[v["kernel"]][k] for k in before[i]["dropped"])]
+    kept = [i for i, v in enumerate(todo)
+            if all(v["params"][k] == default[v["kernel"]][k] for k in before[i]["dropped"])]
     new_points = len(todo) - len(kept)
     todo, before, after = ([seq[i] for i in kept] for seq in (todo, before, after))
     sources = [r["source"] for r in (*before, *after)]
