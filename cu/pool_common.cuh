@@ -39,6 +39,14 @@
 #define BATCH_ROW(b) b
 #endif
 
+// The entry points' bounds in the layouts that read MIN_BLOCKS (2 and 4): 0 leaves registers to
+// ptxas; an explicit minimum of 1 would let it take 255.
+#if MIN_BLOCKS > 0
+#define POOL_BOUNDS __launch_bounds__(BLOCK, MIN_BLOCKS)
+#else
+#define POOL_BOUNDS __launch_bounds__(BLOCK)
+#endif
+
 // The entry points' parameters, the same in every layout: the host launches them all alike.
 #define POOL_FORWARD_PARAMS                                                                   \
     const float* __restrict__ q_h, const float* __restrict__ ln, float* __restrict__ ctx,     \

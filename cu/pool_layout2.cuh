@@ -29,7 +29,7 @@
 // N_HORIZONS*GCOLS repeated in every group, and no merge of the groups at the row's end. The
 // running max is the warp's (one vote a step for all horizons); the sums are per lane group.
 // Dynamic shared memory: POOL_FORWARD_FLOATS_L2 (pool_sizes.cuh).
-extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
+extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
@@ -325,7 +325,7 @@ extern "C" __global__ void LAYOUT2_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 // Dynamic shared memory (floats): ring [NWARPS][STAGES][BSLOT], reused at the end for the
 // per-warp partials [NWARPS][N_HORIZONS*HIDDEN_DIM] (the region is the larger of the two), then
 // the queries times scale [N_HORIZONS*HIDDEN_DIM].
-extern "C" __global__ void LAYOUT2_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
+extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];

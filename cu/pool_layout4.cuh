@@ -58,7 +58,7 @@ __device__ __forceinline__ void l4_columns_by_horizons(float (&acc)[L4_CM][L4_NT
 }
 
 // Dynamic shared memory (floats): the row's ln [KP][L4_LDW], scores then P [N_HORIZONS][L4_LDK].
-extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PARAMS)
+extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
@@ -112,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) pool_forward(POOL_FORWARD_PA
 //                                             gq_scratch[block] at the end (reduce_axis0 after)
 // Dynamic shared memory (floats): q and G [2][N_HORIZONS][L4_LDW], the row's ln [KP][L4_LDW],
 // A and DW then DS [2][N_HORIZONS][L4_LDK].
-extern "C" __global__ void __launch_bounds__(BLOCK) pool_backward(POOL_BACKWARD_PARAMS)
+extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];

@@ -12,12 +12,6 @@
 #ifndef GROUP_KEYS
 #define GROUP_KEYS 1
 #endif
-// MIN_BLOCKS 0 leaves registers to ptxas; an explicit minimum of 1 would let it take 255.
-#if MIN_BLOCKS > 0
-#define LAYOUT2_BOUNDS __launch_bounds__(BLOCK, MIN_BLOCKS)
-#else
-#define LAYOUT2_BOUNDS __launch_bounds__(BLOCK)
-#endif
 #define MARGIN 8.f
 // The forward's knobs: a backward variant compiles the forward entry with them off.
 #ifndef SMEM_SCORES

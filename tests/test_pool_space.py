@@ -34,7 +34,9 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
     # the backward's per-lane rows (grad_ctx and grad_q_h of every horizon) fit LAYOUT 2 at
     # H=2, D=1024 only with no minimum of blocks per SM (all 255 registers)
     for template, k, forward, backward in (({"N_HORIZONS": 8, "HIDDEN_DIM": 256}, 64, 2, 2),
-                                           ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64, 1, 1),
+                                           # the backward's default MIN_BLOCKS 3 is one
+                                           # LAYOUT 4 takes: its nearest valid point
+                                           ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64, 1, 4),
                                            ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, 64, 1, 1),
                                            ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64, 2, 2),
                                            ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000, 2, 2)):
@@ -49,7 +51,7 @@ def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES", "LANE_ACC")),
                          (BACKWARD_SPACE, ())):
         read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra,
-                3: ("BLOCK", "CHUNK"), 4: ("BLOCK", "GRID")}
+                3: ("BLOCK", "CHUNK"), 4: ("BLOCK", "GRID", "MIN_BLOCKS")}
         for template, layouts in (({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {0, 1, 2}),
                                   ({"N_HORIZONS": 16, "HIDDEN_DIM": 30}, {0, 1, 2}),
                                   ({"N_HORIZONS": 8, "HIDDEN_DIM": 128}, {0, 1, 2, 3, 4}),
