@@ -8,7 +8,8 @@ is needed. Run it as the GPU round's `profile` step does:
         python probes/pool_profile.py > pool_profile.csv
 
 What it answers: each kernel's share of memory and SM throughput, its occupancy and registers,
-and where its warps stall. The printed lines name the launch parameters per shape."""
+and where its warps stall. The printed lines name the launch parameters per shape. Arguments
+H,D,B,K profile those shapes instead of the list below."""
 import sys
 
 import numpy as np
@@ -23,7 +24,8 @@ SHAPES = [(32, 128, 512, 64), (8, 512, 1024, 128), (2, 1024, 256, 64), (5, 128, 
 
 def main() -> int:
     rng = np.random.default_rng(0)
-    for h, d, b, k in SHAPES:
+    shapes = [tuple(int(v) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
+    for h, d, b, k in shapes:
         pool = ph.PerHorizonAttentionPool(h, d)
         q, ln, gc = (ga.to_gpu(rng.standard_normal(shape, dtype=np.float32))
                      for shape in ((h, d), (b, k, d), (b, h, d)))
