@@ -244,7 +244,7 @@ def test_the_benchs_torch_model_is_the_steps_model():
                      for n in ("ln", "h_t", "base", "y", "labels")))
     loss.backward()
     want_loss, want_grads = expected(p, x)
-    assert float(loss) == pytest.approx(want_loss, rel=1e-5)
+    assert loss.item() == pytest.approx(want_loss, rel=1e-5)
     for name, leaf in zip(step_module.PARAMS, leaves):
         want = want_grads[name]
         assert np.abs(leaf.grad.numpy() - want).max() <= 1e-5 * np.abs(want).max(), name
