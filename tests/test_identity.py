@@ -81,7 +81,7 @@ def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monke
                                                        ("head", False), ("head", True)]
 
 
-def test_a_knob_value_the_tree_lacks_renders_as_new():
+def test_a_knob_value_the_tree_lacks_is_dropped_like_a_knob_it_lacks():
     """A point whose knob takes a value the tree's space has not got (a layout added since the
     base) renders with that knob dropped, as a knob the tree lacks would be: a new kernel,
     set aside from the comparison."""
