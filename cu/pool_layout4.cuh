@@ -13,6 +13,10 @@ static_assert(N_HORIZONS % 8 == 0 && HIDDEN_DIM % (16 * NWARPS) == 0, "LAYOUT 4:
 #define L4_NT (N_HORIZONS / 8)               // n8 tiles across the horizons
 #define L4_CM (HIDDEN_DIM / (16 * NWARPS))   // a warp's m16 tiles of columns
 #define L4_GN 4                              // grad_ln's n8 tiles of columns an item
+// A warp's horizons in the per-horizon steps (warp + j NWARPS, j < L4_HW), all at once so that
+// their shuffle reductions overlap; each horizon's sum keeps its order (lanes, then a tree)
+#define L4_HW (N_HORIZONS / NWARPS)
+static_assert(N_HORIZONS % NWARPS == 0, "LAYOUT 4: horizons a warp");
 
 // Rows [0, n) of src (HIDDEN_DIM floats each) into dst, L4_LDW apart, by cp.async; rows
 // [n, rows) zeros. One commit group.
@@ -74,17 +78,32 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
         });
         __syncthreads();
         float* attnb = attn + ATTN_ROW(b);
-        for (int h = warp; h < N_HORIZONS; h += NWARPS) {  // sums in lane order, then a tree
-            float* row = ps + h * ldk;
-            float m = -INFINITY, l = 0.f;
-            for (int k = lane; k < K; k += 32) m = fmaxf(m, row[k]);
-            m = group_max<32>(m);
-            for (int k = lane; k < K; k += 32) {
-                row[k] = exp2f(row[k] - m);
-                l += row[k];
+        float top[L4_HW], sum[L4_HW];
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) {
+            top[j] = -INFINITY;
+            sum[j] = 0.f;
+        }
+        for (int k = lane; k < K; k += 32)
+#pragma unroll
+            for (int j = 0; j < L4_HW; ++j)
+                top[j] = fmaxf(top[j], ps[(warp + j * NWARPS) * ldk + k]);
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) top[j] = group_max<32>(top[j]);
+        for (int k = lane; k < K; k += 32)
+#pragma unroll
+            for (int j = 0; j < L4_HW; ++j) {
+                float* e = ps + (warp + j * NWARPS) * ldk + k;
+                *e = exp2f(*e - top[j]);
+                sum[j] += *e;
             }
-            l = warp_sum(l);
-            const float inv = 1.f / l;
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) sum[j] = warp_sum(sum[j]);
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) {
+            const int h = warp + j * NWARPS;
+            const float inv = 1.f / sum[j];
+            float* row = ps + h * ldk;
             float* ah = attnb + (size_t)h * ATTN_STRIDE;
             for (int k = lane; k < kp; k += 32) {
                 const float p = k < K ? row[k] * inv : 0.f;  // P . LN needs zeros past K
@@ -92,7 +111,7 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
                 if (k < K) ah[k] = p;
             }
 #if SPLIT_COUNT > 1
-            if (lane == 0) SPLIT_LSE(b, h) = (m + log2f(l)) / LOG2E;
+            if (lane == 0) SPLIT_LSE(b, h) = (top[j] + log2f(sum[j])) / LOG2E;
 #endif
         }
         __syncthreads();
@@ -139,22 +158,38 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
                 gab && key < K ? v + gab[(size_t)h * ATTN_STRIDE + key] : v;
         });
         __syncthreads();
-        for (int h = warp; h < N_HORIZONS; h += NWARPS) {
-            const float* a = as + h * L4_LDK;
-            float* s = ds + h * L4_LDK;
-            float c = 0.f;
+        float c[L4_HW];
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) c[j] = 0.f;
 #if SPLIT_COUNT > 1  // a split's keys are part of the row: c from the forward's ctx
-            const float* cb = ctx + ((size_t)BATCH_ROW(b) * N_HORIZONS + h) * HIDDEN_DIM;
-            for (int d = lane; d < HIDDEN_DIM; d += 32)
-                c = fmaf(gcb[h * HIDDEN_DIM + d], cb[d], c);
-            c = warp_sum(c);
-            if (gab) c += SPLIT_ATTN_DOT(b, h);
-#else
-            for (int k = lane; k < L4_KP; k += 32) c = fmaf(a[k], s[k], c);  // A is 0 past K
-            c = warp_sum(c);
-#endif
-            for (int k = lane; k < L4_KP; k += 32) s[k] = scale * a[k] * (s[k] - c);
+        const float* cb = ctx + (size_t)BATCH_ROW(b) * N_HORIZONS * HIDDEN_DIM;
+        for (int d = lane; d < HIDDEN_DIM; d += 32)
+#pragma unroll
+            for (int j = 0; j < L4_HW; ++j) {
+                const int e = (warp + j * NWARPS) * HIDDEN_DIM + d;
+                c[j] = fmaf(gcb[e], cb[e], c[j]);
+            }
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) {
+            c[j] = warp_sum(c[j]);
+            if (gab) c[j] += SPLIT_ATTN_DOT(b, warp + j * NWARPS);
         }
+#else
+        for (int k = lane; k < L4_KP; k += 32)  // A is 0 past K
+#pragma unroll
+            for (int j = 0; j < L4_HW; ++j) {
+                const int e = (warp + j * NWARPS) * L4_LDK + k;
+                c[j] = fmaf(as[e], ds[e], c[j]);
+            }
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) c[j] = warp_sum(c[j]);
+#endif
+        for (int k = lane; k < L4_KP; k += 32)
+#pragma unroll
+            for (int j = 0; j < L4_HW; ++j) {
+                const int e = (warp + j * NWARPS) * L4_LDK + k;
+                ds[e] = scale * as[e] * (ds[e] - c[j]);
+            }
         __syncthreads();
         for (int it = warp; it < L4_KP / 16 * ITEMS_D; it += NWARPS) {
             const int k0 = it / ITEMS_D * 16, n0 = it % ITEMS_D * 8 * L4_GN;
