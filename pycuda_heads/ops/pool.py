@@ -54,7 +54,7 @@ _LAYOUT3 = (
 # LAYOUT 4 (a whole row in shared memory, tensor-core products): warps of 16-key and
 # 16-column tiles over horizons in n8 tiles; its grid and its minimum of blocks per SM as
 # LAYOUT 2's GRID and MIN_BLOCKS (with no minimum ptxas spilled a few bytes at N_HORIZONS 8-24,
-# with one it did not). Up to HIDDEN_DIM 256:
+# with a minimum of 2 it did not). Up to HIDDEN_DIM 256:
 # beyond, its 3xTF32 sums (one accumulator for the three products) approach the validation's
 # tolerance (reports/nvidia-h200/probes/pool_wide_whole.json, H=32, D=1024).
 _LAYOUT4 = (
