@@ -52,7 +52,7 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
     for (int h = 0; h < N_HORIZONS; ++h) group_cols(qs + h * HIDDEN_DIM, gl, q[h]);
 #endif
 
-    const Walk w(B, K, warp, 0);
+    const Walk<> w(B, K, warp, 0);
 #else
     const int team = warp / TW, wt = warp % TW;
 #if QREG
@@ -72,7 +72,7 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
     float* wsc = macc + warp * N_HORIZONS * K;  // one-warp teams only: no merge buffers there
 #endif
 
-    const Walk w(B, K, team, wt);
+    const Walk<> w(B, K, team, wt);
 #endif
     Ring<FSLOT> ring_in(ring, warp, w, ln, nullptr, nullptr, K, lane, false);
 
@@ -336,7 +336,7 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
     for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM; e += BLOCK) qs[e] = q_h[e] * scale;
     __syncthreads();
 
-    const Walk w(B, K, team, wt);
+    const Walk<true> w(B, K, team, wt);
     Ring<BSLOT> ring_in(smem, warp, w, ln, attn, grad_attn, K, lane, true);
 
     float gq[N_HORIZONS][GCOLS];

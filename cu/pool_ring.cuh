@@ -104,18 +104,24 @@ __device__ __forceinline__ void team_sync(const int team)
 #endif
 }
 
-// A warp's rows (r = 0 .. rows-1) and its steps j = 0 .. per_row-1 in each of them.
+// A warp's rows (r = 0 .. rows-1) and its steps j = 0 .. per_row-1 in each of them. The forward
+// takes a row's steps in key order; the backward (FROM_END) from the row's last key: the forward
+// read those last, so they are what the L2 still holds when the backward follows it.
+template <bool FROM_END = false>
 struct Walk {
-    int first_row, stride, rows, per_row, wt;
+    int first_row, stride, rows, per_row, wt, last;
     __device__ Walk(const int B, const int K, const int team, const int wt_) : wt(wt_) {
         stride = gridDim.x * TEAMS;
         first_row = blockIdx.x * TEAMS + team;
         rows = first_row < B ? (B - first_row + stride - 1) / stride : 0;
         const int nsteps = (K + SKEYS - 1) / SKEYS;
         per_row = nsteps > wt ? (nsteps - wt + TW - 1) / TW : 0;
+        last = nsteps - 1;
     }
     __device__ int row(const int r) const { return first_row + r * stride; }
-    __device__ int key0(const int j) const { return (wt + j * TW) * SKEYS; }
+    __device__ int key0(const int j) const {
+        return (FROM_END ? last - (wt + j * TW) : wt + j * TW) * SKEYS;
+    }
 };
 
 // The producer side of a warp's ring: the (row, step) it copies next and the slot it goes to.
@@ -126,7 +132,8 @@ template <int SLOT>
 struct Ring {
     float* slots;
     int pr, pj, pslot;
-    __device__ Ring(float* rings, const int warp, const Walk& w, const float* __restrict__ ln,
+    template <class W>
+    __device__ Ring(float* rings, const int warp, const W& w, const float* __restrict__ ln,
                     const float* __restrict__ attn, const float* __restrict__ gab, const int K,
                     const int lane, const bool extra)
         : slots(rings + warp * STAGES * SLOT), pr(w.per_row ? 0 : w.rows), pj(0), pslot(0)
@@ -135,7 +142,8 @@ struct Ring {
         for (int i = 0; i < STAGES - 1; ++i) issue(w, ln, attn, gab, K, lane, extra);
     }
 
-    __device__ void issue(const Walk& w, const float* __restrict__ ln,
+    template <class W>
+    __device__ void issue(const W& w, const float* __restrict__ ln,
                           const float* __restrict__ attn, const float* __restrict__ gab,
                           const int K, const int lane, const bool extra)
     {
