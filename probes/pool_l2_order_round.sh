@@ -22,7 +22,7 @@ points = {e["kernel"] + "=" + json.dumps(e["params"], separators=(",", ":"))
 print(" ".join(sorted(points)))
 PY
 )
-STEPS="tune tests validate train" TUNE_TASKS="$tasks" TUNE_TRY="$tries" TUNE_TRIALS=4 TUNE_S=40 \
+STEPS="tune tests validate train" TUNE_TASKS="$tasks" TUNE_TRY="$tries" TUNE_TRIALS=2 TUNE_S=30 \
     TESTS_K="layout_2 or with_and_without_ctx or split or programmatic or default_cannot or other_launch" \
-    VALIDATE=pool VALIDATE_S=320 BENCH_OPS=pool TRAIN_S=140 \
+    VALIDATE=pool VALIDATE_S=280 BENCH_OPS=pool TRAIN_S=120 \
     bash probes/gpu_round.sh "$1" "$2"
