@@ -1,5 +1,5 @@
 """CPU: the identity proof and the restamp of tuned entries. Comments do not count as code, a
-changed instruction does; the shipped pool proof covers every shipped pool entry not tuned
+changed instruction does, and an edit to one entry of a module does not count for its others; the shipped pool proof covers every shipped pool entry not tuned
 since at the installed sources, all equal, and is of the installed sources; restamp moves only the entries a complete, all-equal proof
 of the installed sources covers, and refuses (writing nothing) otherwise. Also: the sizes a
 header declares read in Python as C computes them."""
@@ -17,6 +17,7 @@ from pycuda_heads.core.op import op_source_hash
 from pycuda_heads.core.sizes import HeaderSizes
 from pycuda_heads.core.tuned import TABLE_DIR
 from pycuda_heads.tuning.export import build_table
+from pycuda_heads.verify.entry_code import entry_ptx, ptx_entries
 from pycuda_heads.verify.identity import (ProofError, compile_digests, restamp, shipped_entries,
                                           strip_ptx, variants)
 
@@ -57,9 +58,57 @@ def test_a_difference_is_compiled_again_before_it_counts(tmp_path, monkeypatch):
     source = TOY.replace("OP", "2.f * x[i]")
     right = compile_digests(source)
     (entry,) = (tmp_path / "identity").glob("*.json")
-    entry.write_text(json.dumps({"ptx": "stale", "cubin": "stale"}))
+    entry.write_text(json.dumps({"ptx": "stale", "cubin": "stale", "entries": {}}))
     assert compile_digests(source)["ptx"] == "stale"
     assert compile_digests(source, fresh=True) == right == compile_digests(source)
+
+
+TWO = """__constant__ float SCALE[2] = {SCALES};
+extern "C" __global__ void first(float* y, const float* x, const int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = SCALE[0] * x[i];
+}
+extern "C" __global__ void second(float* y, const float* x, const int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    SECOND
+}
+"""
+SHORT = "if (i < n) y[i] = x[i];"
+# a longer body with shared memory and a barrier: more sections, symbols and registers
+LONG = ("__shared__ float t[256]; float s = 0.f; for (int k = 0; k < n; ++k) s += __expf(x[k]);"
+        " t[threadIdx.x] = s; __syncthreads(); if (i < n) y[i] = t[255 - threadIdx.x];")
+
+
+@needs_nvcc
+def test_an_edit_to_one_entry_leaves_the_other_entrys_code_alone(tmp_path, monkeypatch):
+    """A variant's module holds every entry of its family; a tuned launch runs one. An edit to
+    one entry changes the module but not the other entry's own PTX and cubin digests, while a
+    constant that entry reads does change them."""
+    monkeypatch.setenv("PYCUDA_HEADS_CACHE", str(tmp_path))
+    base = compile_digests(TWO.replace("SCALES", "1.f, 2.f").replace("SECOND", SHORT))
+    edit = compile_digests(TWO.replace("SCALES", "1.f, 2.f").replace("SECOND", LONG))
+    assert edit["cubin"] != base["cubin"] and edit["ptx"] != base["ptx"]
+    assert edit["entries"]["first"] == base["entries"]["first"]
+    assert edit["entries"]["second"]["ptx"] != base["entries"]["second"]["ptx"]
+    assert edit["entries"]["second"]["cubin"] != base["entries"]["second"]["cubin"]
+    scaled = compile_digests(TWO.replace("SCALES", "3.f, 2.f").replace("SECOND", SHORT))
+    assert scaled["entries"]["first"]["cubin"] != base["entries"]["first"]["cubin"]
+
+
+def test_an_entrys_ptx_leaves_out_the_other_entries_and_what_only_they_declare():
+    ptx = (".version 9.0\n.global .align 4 .b8 shared_table[8];\n"
+           ".shared .align 4 .b8 only_b[16];\n"
+           ".visible .entry a(\n.param .u64 p\n)\n{\n\tld.global.f32 %f1, [shared_table];\n}\n"
+           ".visible .entry b(\n.param .u64 p\n)\n{\n\t{\n\tst.shared.f32 [only_b], %f1;\n\t}\n}\n")
+    assert ptx_entries(ptx) == ["a", "b"]
+    mine = entry_ptx(ptx, "a")
+    assert ".entry a(" in mine and "shared_table" in mine
+    assert ".entry b(" not in mine and "only_b" not in mine
+    assert ".entry b(" in entry_ptx(ptx, "b") and "only_b" in entry_ptx(ptx, "b")
+    with pytest.raises(ValueError):
+        entry_ptx(ptx, "c")
 
 
 def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monkeypatch):
@@ -74,7 +123,8 @@ def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monke
 
     def digests(source, fresh=False, arch=identity.ARCH):
         compiled.append((source, fresh))
-        return {"ptx": "stale" if (source, fresh) == ("head", False) else "p", "cubin": "c"}
+        ptx = "stale" if (source, fresh) == ("head", False) else "p"
+        return {"ptx": ptx, "cubin": "c", "entries": {"pool_forward": {"ptx": ptx, "cubin": "c"}}}
     monkeypatch.setattr(identity, "compile_digests", digests)
     proof = identity.prove("pool", "base", root=ROOT)
     assert proof["all_equal"] and sorted(compiled) == [("base", False), ("base", True),
@@ -111,7 +161,8 @@ def test_a_point_of_a_knob_the_base_lacks_is_new_not_compared(monkeypatch):
 
     def digests(source, fresh=False, arch=identity.ARCH):
         archs.append(arch)
-        return {"ptx": source, "cubin": source}
+        own = {"ptx": source, "cubin": source}
+        return {**own, "entries": {catalog()["frdhead.forward"].entry: own}}
     monkeypatch.setattr(identity, "compile_digests", digests)
     proof = identity.prove("frdhead", "base", root=ROOT)
     assert proof["compared"] == 1 and proof["new_at_head"] == 1 and proof["all_equal"]

@@ -4,9 +4,11 @@ of its tuned entries over to the new source hash: the ``pycuda-heads identity`` 
 
 ``identity FAMILY --base REV`` renders each variant of the family twice, from git revision REV
 (a fresh process importing that revision's package) and from this checkout, compiles both with
-the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares them:
-the PTX with its comment lines dropped, the cubin byte for byte, and the host side (shared-memory
-bytes and whether the launch restrictions hold) at a few shapes. Digests are cached; a variant
+the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares what
+the variant's own entry is made of (``entry_code``: the module's other entries, which a launch of
+this one never runs, left out) in the PTX with its comment lines dropped and in the cubin, and
+the host side (shared-memory bytes and whether the launch restrictions hold) at a few shapes.
+The whole module's PTX and cubin are compared too, for the record. Digests are cached; a variant
 whose two sides differ is compiled again on both sides, past the cache, before it counts. The
 variants are every tuned entry of the family shipped in the tables, the space defaults at every
 suite template and a seeded sample of other space points, each layout among them. The proof is
@@ -40,6 +42,8 @@ from ..catalog import SUITE_TEMPLATE, catalog
 from ..core.compile import NVCC_OPTIONS, cache_dir, variant_arch
 from ..core.op import op_source_hash
 from ..core.tuned import table_dir
+from .entry_code import VERSION as ENTRY_CODE_VERSION
+from .entry_code import entry_cubin_digest, entry_ptx, ptx_entries
 from .static_check import NvccUnavailableError, nvcc_version
 
 ARCH = "sm_90"
@@ -128,10 +132,11 @@ def strip_ptx(ptx: str) -> str:
 
 def compile_digests(source: str, fresh: bool = False, arch: str = ARCH) -> dict[str, str]:
     """sha256 of the stripped PTX and of the cubin of ``source`` for ``arch`` (sm_90, or the
-    variant's own: ``variant_arch``), compiled as the library compiles; cached on disk by
-    source, options, arch and nvcc version (``fresh``: compiled again, the cache overwritten)."""
-    key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, arch, nvcc_version()))
-                         .encode()).hexdigest()[:24]
+    variant's own: ``variant_arch``), compiled as the library compiles, and of each entry's own
+    part of both (``entries``); cached on disk by source, options, arch and nvcc version
+    (``fresh``: compiled again, the cache overwritten)."""
+    key = hashlib.sha256("\0".join((source, *NVCC_OPTIONS, arch, nvcc_version(),
+                                    f"entries {ENTRY_CODE_VERSION}")).encode()).hexdigest()[:24]
     cached = cache_dir("identity") / f"{key}.json"
     if cached.is_file() and not fresh:
         return json.loads(cached.read_text())
@@ -144,8 +149,12 @@ def compile_digests(source: str, fresh: bool = False, arch: str = ARCH) -> dict[
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"{cmd[0]} failed:\n{proc.stderr.strip()}")
-        out = {"ptx": hashlib.sha256(strip_ptx(ptx.read_text()).encode()).hexdigest(),
-               "cubin": hashlib.sha256(cubin.read_bytes()).hexdigest()}
+        text, code = strip_ptx(ptx.read_text()), cubin.read_bytes()
+        names = ptx_entries(text)
+        out = {"ptx": hashlib.sha256(text.encode()).hexdigest(),
+               "cubin": hashlib.sha256(code).hexdigest(),
+               "entries": {e: {"ptx": hashlib.sha256(entry_ptx(text, e).encode()).hexdigest(),
+                               "cubin": entry_cubin_digest(code, e, names)} for e in names}}
     records.write_json(cached, out)
     return out
 
@@ -220,12 +229,20 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     todo, before, after = ([seq[i] for i in kept] for seq in (todo, before, after))
     sources = [r["source"] for r in (*before, *after)]
     archs = [variant_arch(v["params"]) or ARCH for v in todo] * 2
+    cat = catalog()
+    own = [cat[v["kernel"]].entry for v in todo]
+
+    def mine(d: Mapping[str, Any], i: int) -> Any:
+        """Variant ``i``'s own entry's digests in ``d``."""
+        return d["entries"].get(own[i])
+
     with ThreadPoolExecutor(jobs) as pool:
         digests = list(pool.map(lambda i: compile_digests(sources[i], arch=archs[i]),
                                 range(len(sources))))
         # A difference is confirmed by compiling both sides again: a cached digest once held
         # a compile that no later one reproduced, and a false difference would refuse a restamp
-        differ = [i for i in range(len(todo)) if digests[i] != digests[len(todo) + i]]
+        differ = [i for i in range(len(todo))
+                  if mine(digests[i], i) != mine(digests[len(todo) + i], i)]
         again = list(pool.map(lambda i: compile_digests(sources[i], fresh=True, arch=archs[i]),
                               [j for i in differ for j in (i, len(todo) + i)]))
     for n, i in enumerate(differ):
@@ -234,13 +251,15 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     for i, v in enumerate(todo):
         old, new = digests[i], digests[len(todo) + i]
         host_equal = before[i]["host"] == after[i]["host"]
+        entry_old, entry_new = mine(old, i), mine(new, i)
+        entry_equal = entry_old is not None and entry_old == entry_new
         rows.append({**{k: v[k] for k in ("kernel", "template", "params", "origin")},
                      "base": {**old, "host": before[i]["host"]},
                      "head": {**new, "host": after[i]["host"]},
                      "ptx_equal": old["ptx"] == new["ptx"],
-                     "cubin_equal": old["cubin"] == new["cubin"], "host_equal": host_equal,
-                     "equal": old["ptx"] == new["ptx"] and old["cubin"] == new["cubin"]
-                     and host_equal})
+                     "cubin_equal": old["cubin"] == new["cubin"], "entry": own[i],
+                     "entry_equal": entry_equal, "host_equal": host_equal,
+                     "equal": entry_equal and host_equal})
     state = records.git_state(root)
     return {"family": family,
             "base": {"revision": revision, "source_hash": before[0]["source_hash"]},
@@ -312,10 +331,11 @@ def _identity_cli(args: argparse.Namespace) -> int:
     records.write_json(args.proof, proof)
     bad = [r for r in proof["variants"] if not r["equal"]]
     for r in bad:
-        print(f"DIFFERS {r['kernel']} {r['template']} {r['params']} ptx_equal={r['ptx_equal']} "
-              f"cubin_equal={r['cubin_equal']} host_equal={r['host_equal']}")
+        print(f"DIFFERS {r['kernel']} {r['template']} {r['params']} "
+              f"entry_equal={r['entry_equal']} host_equal={r['host_equal']} (the whole module: "
+              f"ptx_equal={r['ptx_equal']} cubin_equal={r['cubin_equal']})")
     print(f"{proof['compared'] - len(bad)}/{proof['compared']} {args.family} variants compile "
-          f"identically ({proof['shipped']} shipped tuned); proof in {args.proof}")
+          f"their own entry identically ({proof['shipped']} shipped tuned); proof in {args.proof}")
     return 1 if bad else 0
 
 
