@@ -5,7 +5,8 @@
 # both H=32 passes over every LAYOUT 4 launch (probes/pool_l4_tries.py tried first) into
 # $OUT/set<N>/tune.tgz; the tuned table it exported is put back and the set taken off before
 # the next one.
-# An empty set ("") is the tree as committed (its cached tune replays, nothing is timed anew).
+# An empty set ("") is the tree as committed (where its tuning caches are current, the tune
+# replays them and times nothing anew).
 #   source .gpu/env.sh && bash probes/pool_l4_ab.sh $OUT "patch-a" "patch-a patch-b"
 # (at 45ae44d it timed l4-softmax-ilp against l4-softmax-ilp + l4-warp-fetch: probes/pool_wide/NOTES.md)
 # DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU).
