@@ -222,14 +222,14 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     before, after = render_at(revision, todo, root), render_at(None, todo, root)
     # a point that sets a knob the base has not got (or to a value it has not got) away from
     # its default is a new kernel, with nothing to be identical to
-    default = {s.id: s.space.default for s in catalog() if s.family == family}
+    cat = catalog()
+    default = {s.id: s.space.default for s in cat if s.family == family}
     kept = [i for i, v in enumerate(todo)
             if all(v["params"][k] == default[v["kernel"]][k] for k in before[i]["dropped"])]
     new_points = len(todo) - len(kept)
     todo, before, after = ([seq[i] for i in kept] for seq in (todo, before, after))
     sources = [r["source"] for r in (*before, *after)]
     archs = [variant_arch(v["params"]) or ARCH for v in todo] * 2
-    cat = catalog()
     own = [cat[v["kernel"]].entry for v in todo]
 
     def mine(d: Mapping[str, Any], i: int) -> Any:
