@@ -2,10 +2,8 @@
 // keys: K rounded up to 16, zeros past K), so the row's work is a few block-wide products with
 // barriers between them, each spread over every warp, as 3xTF32 mma.sync (tf32_mma.cuh) with
 // the horizons as the n dimension. Blocks loop over the rows (a grid of B, or GRID per SM).
-//   S^T [KP x H]  = LN . Q^T                 a warp 16 keys at a time, every horizon; q through L1;
-//                                            each tile's exponentials from its own max, at once
-//   P = softmax of each horizon's scores     the tiles' maxes and sums joined a horizon a warp, in
-//                                            log2 units; attn written once
+//   S^T [KP x H]  = LN . Q^T                 a warp 16 keys at a time, every horizon; q through L1
+//   P = softmax of each horizon's scores     a warp a horizon, in log2 units; attn written once
 //   ctx^T [D x H] = LN^T . P^T               a warp D / NWARPS columns, every horizon
 // Needs N_HORIZONS % 8 == 0 and HIDDEN_DIM % (16 * NWARPS) == 0, and shared memory for the row
 // (the host's restrictions say the same).
@@ -63,120 +61,66 @@ __device__ __forceinline__ void l4_columns_by_horizons(float (&acc)[L4_CM][L4_NT
         tf32_gemm<L4_CM, L4_NT, 2, true, false>(acc, ls + k0 * L4_LDW + d0, L4_LDW, y + k0, ldy);
 }
 
-// A warp's 16-key tile of scores, from its accumulators (scores in log2 units, keys from `keys`
-// on at -inf): e = exp2(s - m) into ps with the tile's max m and sum of e per horizon into tm and ts
-// (a horizon's two keys a lane, then a butterfly over the lanes of the same columns: the same
-// order every run, the same value on every lane).
-__device__ __forceinline__ void l4_tile_softmax(float (&acc)[1][L4_NT][4], const int k0,
-                                                const int keys, const float to_log2, float* ps,
-                                                const int ldk, float* tm, float* ts)
-{
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const bool in0 = k0 + g < keys, in1 = k0 + g + 8 < keys;
-#pragma unroll
-    for (int j = 0; j < L4_NT; ++j)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {  // columns 8 j + 2 t + c: rows g (acc c), g + 8 (acc c + 2)
-            const float s0 = in0 ? acc[0][j][c] * to_log2 : -INFINITY;
-            const float s1 = in1 ? acc[0][j][c + 2] * to_log2 : -INFINITY;
-            float m = fmaxf(s0, s1);
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, o));
-            const float e0 = exp2f(s0 - m), e1 = exp2f(s1 - m);
-            float sum = e0 + e1;
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
-            const int h = 8 * j + 2 * t + c;
-            ps[h * ldk + k0 + g] = e0;
-            ps[h * ldk + k0 + g + 8] = e1;
-            if (g == 0) {
-                tm[k0 / 16 * N_HORIZONS + h] = m;
-                ts[k0 / 16 * N_HORIZONS + h] = sum;
-            }
-        }
-}
-
-// Dynamic shared memory (floats): the row's ln [KP][L4_LDW], exponentials then P
-// [N_HORIZONS][L4_LDK], each tile's max (then its factor) and sum [2][L4_TILES][N_HORIZONS].
+// Dynamic shared memory (floats): the row's ln [KP][L4_LDW], scores then P [N_HORIZONS][L4_LDK].
 extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
     float *ls = smem, *ps = ls + L4_KP * L4_LDW;
-    float *tm = ps + N_HORIZONS * L4_LDK, *ts = tm + L4_TILES * N_HORIZONS;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d0 = warp * 16 * L4_CM;
     const float to_log2 = scale * LOG2E;
-    const int kp = L4_KP, ldk = L4_LDK, tiles = L4_TILES;
+    const int kp = L4_KP, ldk = L4_LDK;
     for (int b = blockIdx.x; b < B; b += gridDim.x) {
         l4_fetch_rows(ls, ln + (size_t)b * K * HIDDEN_DIM, K, kp);
         l4_wait_copies();
-        for (int k0 = warp * 16; k0 < kp; k0 += 16 * NWARPS) {
-            float acc[1][L4_NT][4];
-            tf32_zero(acc);
-            tf32_gemm<1, L4_NT, HIDDEN_DIM / 8, false, false>(acc, ls + k0 * L4_LDW, L4_LDW, q_h,
-                                                              HIDDEN_DIM);
-            l4_tile_softmax(acc, k0, K, to_log2, ps, ldk, tm, ts);
-        }
+        l4_keys_by_horizons(ls, q_h, HIDDEN_DIM, kp, [=](int key, int h, float v) {
+            ps[h * ldk + key] = key < K ? v * to_log2 : -INFINITY;
+        });
         __syncthreads();
-        // A warp's horizons: the row's max and sum from the tiles' (lanes over the tiles, then
-        // a butterfly), then each tile's factor exp2(m_tile - m) / sum in place of its max
+        float* attnb = attn + ATTN_ROW(b);
         float top[L4_HW], sum[L4_HW];
 #pragma unroll
         for (int j = 0; j < L4_HW; ++j) {
             top[j] = -INFINITY;
             sum[j] = 0.f;
         }
-        for (int i = lane; i < tiles; i += 32)
+        for (int k = lane; k < K; k += 32)
 #pragma unroll
             for (int j = 0; j < L4_HW; ++j)
-                top[j] = fmaxf(top[j], tm[i * N_HORIZONS + warp + j * NWARPS]);
+                top[j] = fmaxf(top[j], ps[(warp + j * NWARPS) * ldk + k]);
 #pragma unroll
         for (int j = 0; j < L4_HW; ++j) top[j] = group_max<32>(top[j]);
-        for (int i = lane; i < tiles; i += 32)
+        for (int k = lane; k < K; k += 32)
 #pragma unroll
             for (int j = 0; j < L4_HW; ++j) {
-                const int e = i * N_HORIZONS + warp + j * NWARPS;
-                sum[j] = fmaf(ts[e], exp2f(tm[e] - top[j]), sum[j]);
+                float* e = ps + (warp + j * NWARPS) * ldk + k;
+                *e = exp2f(*e - top[j]);
+                sum[j] += *e;
             }
-        float inv[L4_HW];
+#pragma unroll
+        for (int j = 0; j < L4_HW; ++j) sum[j] = warp_sum(sum[j]);
 #pragma unroll
         for (int j = 0; j < L4_HW; ++j) {
-            sum[j] = warp_sum(sum[j]);
-            inv[j] = 1.f / sum[j];
-        }
-        for (int i = lane; i < tiles; i += 32)
-#pragma unroll
-            for (int j = 0; j < L4_HW; ++j) {
-                const int e = i * N_HORIZONS + warp + j * NWARPS;
-                tm[e] = exp2f(tm[e] - top[j]) * inv[j];
+            const int h = warp + j * NWARPS;
+            const float inv = 1.f / sum[j];
+            float* row = ps + h * ldk;
+            float* ah = attnb + (size_t)h * ATTN_STRIDE;
+            for (int k = lane; k < kp; k += 32) {
+                const float p = k < K ? row[k] * inv : 0.f;  // P . LN needs zeros past K
+                row[k] = p;
+                if (k < K) ah[k] = p;
             }
 #if SPLIT_COUNT > 1
-        if (lane == 0)
-#pragma unroll
-            for (int j = 0; j < L4_HW; ++j)
-                SPLIT_LSE(b, warp + j * NWARPS) = (top[j] + log2f(sum[j])) / LOG2E;
+            if (lane == 0) SPLIT_LSE(b, h) = (top[j] + log2f(sum[j])) / LOG2E;
 #endif
-        __syncwarp();
-        float* attnb = attn + ATTN_ROW(b);
-        for (int k = lane; k < kp; k += 32)  // P = e * factor; zeros past K stay zeros
-#pragma unroll
-            for (int j = 0; j < L4_HW; ++j) {
-                const int h = warp + j * NWARPS;
-                const float p = ps[h * ldk + k] * tm[k / 16 * N_HORIZONS + h];
-                ps[h * ldk + k] = p;
-                if (k < K) attnb[(size_t)h * ATTN_STRIDE + k] = p;
-            }
+        }
         __syncthreads();
         float acc[L4_CM][L4_NT][4];
         tf32_zero(acc);
         l4_columns_by_horizons(acc, ls, ps, ldk, kp);
-        // a lane's elements at fixed offsets from one address (columns 2t, rows g)
-        float* ctxl = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM + d0
-                      + lane % 4 * 2 * HIDDEN_DIM + lane / 4;
-        tf32_each(acc, [=](int m, int n, float v) {
-            ctxl[(n - lane % 4 * 2) * HIDDEN_DIM + m - lane / 4] = v;
-        });
-        __syncthreads();  // ls, ps, tm and ts are free for the next row
+        float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM + d0;
+        tf32_each(acc, [=](int m, int n, float v) { ctxb[n * HIDDEN_DIM + m] = v; });
+        __syncthreads();  // ls and ps are free for the next row
     }
 }
 

@@ -74,13 +74,12 @@
                                  + N_HORIZONS)
 
 // LAYOUT 4: the whole row of ln, L4_KP keys (K rounded up to a multiple of 16), rows padded to
-// L4_LDW floats; rows over the keys (scores, P, attn, DS) L4_LDK apart. Forward: ln, P, and a
-// max and a sum per 16-key tile and horizon. Backward: q and grad_ctx, ln, attn and DS.
+// L4_LDW floats; rows over the keys (scores, P, attn, DS) L4_LDK apart. Forward: ln, P.
+// Backward: q and grad_ctx, ln, attn and DS.
 #define L4_KP ((K + 15) / 16 * 16)
-#define L4_TILES (L4_KP / 16)
 #define L4_LDW (HIDDEN_DIM + 4)
 #define L4_LDK (L4_KP + 4)
-#define POOL_FORWARD_FLOATS_L4 (L4_KP * L4_LDW + N_HORIZONS * L4_LDK + 2 * L4_TILES * N_HORIZONS)
+#define POOL_FORWARD_FLOATS_L4 (L4_KP * L4_LDW + N_HORIZONS * L4_LDK)
 #define POOL_BACKWARD_FLOATS_L4 ((2 * N_HORIZONS + L4_KP) * L4_LDW + 2 * N_HORIZONS * L4_LDK)
 
 // Split-K (pool_split.cuh): threads a block of its kernels, the most splits of a row (the
