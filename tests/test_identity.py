@@ -184,8 +184,8 @@ def test_the_shipped_pool_proof_is_complete_and_current():
     """Every shipped pool entry is proven to compile as it was tuned, or tuned since."""
     proof = json.loads(PROOF.read_text())
     assert proof["family"] == "pool"
-    assert all(r["equal"] == (r["ptx_equal"] and r["cubin_equal"] and r["host_equal"])
-               for r in proof["variants"])
+    # a variant is its own entry's code and its launch: the module's other entry may differ
+    assert all(r["equal"] == (r["entry_equal"] and r["host_equal"]) for r in proof["variants"])
     assert proof["head"]["source_hash"] == op_source_hash(catalog()["pool.forward"].op)
     key = lambda e: json.dumps([e["kernel"], e["template"], e["params"]],  # noqa: E731
                                sort_keys=True)
