@@ -36,7 +36,8 @@
 #             (default 540)
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
-# then every other family; a family left out keeps its record), $VALIDATE_S seconds each.
+# then every other family; a family left out keeps its record), $VALIDATE_S seconds each;
+# $VALIDATE_PROOF an identity proof whose unchanged variants keep their clean sanitizer results.
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
 steps=" ${STEPS:-ab abmin tests validate stepsan probe whole train} "
@@ -127,10 +128,13 @@ if has tests; then
      cp reports/nvidia-h200/gpu_tests.json "$out/tests/") &
 fi
 if has validate; then
-    mkdir -p "$out/validate"
+    # from the repository's record: a variant proven or left unchanged keeps its clean
+    # sanitizer results, and the families not run keep theirs
+    mkdir -p "$out/validate/rep/nvidia-h200"
+    cp reports/nvidia-h200/validation.json "$out/validate/rep/nvidia-h200/"
     for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam multiadam,headloss}; do
         timeout "${VALIDATE_S:-230}" pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
-            --commit "$commit" >> "$out/validate/validate.log" 2>&1
+            --commit "$commit" ${VALIDATE_PROOF:+--proof "$VALIDATE_PROOF"} >> "$out/validate/validate.log" 2>&1
         echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
     done
     pack validate

@@ -28,6 +28,10 @@ def merge_validation(rep: Path, commit: str) -> None:
     for v in new["variants"]:
         by_family.setdefault(cat[v["kernel"]].family, []).append(v)
     merged = old
+    # the round's record starts as a copy of the repository's: only the families it ran changed
+    touched = {f: vs for f, vs in by_family.items()
+               if new["families"][f] != (old or {}).get("families", {}).get(f)}
+    by_family = touched
     for family, variants in by_family.items():
         run = {k: v for k, v in new["families"][family].items() if k != "source_hash"}
         merged = merge_record(merged, variants, {**run, "commit": commit}, cat)

@@ -125,3 +125,64 @@ def test_an_unchanged_clean_variant_keeps_its_sanitizer_result(fake_sanitizer, f
     source_hash["reduce.axis0"] = "h1"  # the kernel source changed: it runs again
     validation.write_record(tmp_path, ["reduce.axis0"], "abe", sanitizer=True)
     assert len(fake_sanitizer.read_text().splitlines()) == 2 * calls
+
+
+def _proof(kernel, template, params, equal, base="old", head="new"):
+    return {"family": kernel.partition(".")[0],
+            "base": {"revision": "r0", "source_hash": base},
+            "head": {"revision": "r1", "source_hash": head},
+            "variants": [{"kernel": kernel, "template": template, "params": params,
+                          "equal": equal}]}
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_an_identity_proof_carries_the_clean_result_of_a_variant_it_shows_unchanged(
+        fake_sanitizer, tmp_path, monkeypatch, equal):
+    """An edit elsewhere in the family changes every variant's rendered source and the family's
+    hash; a variant the proof shows compiling as before keeps its clean result (and says where
+    it came from), one it shows changed runs again."""
+    from pycuda_heads.core import device, tuned
+    from pycuda_heads.core.source import render, variant_hash
+    monkeypatch.setattr(device, "gpu_name", lambda: "Fake GPU")
+    monkeypatch.setattr(device, "gpu_slug", lambda: "fake-gpu")
+    monkeypatch.setattr(tuned, "load_table", lambda slug: None)
+    monkeypatch.setenv("FAKE_CLEAN", "1")
+    installed = {"hash": "old", "render": "before the edit"}
+    monkeypatch.setattr(validation, "op_source_hash", lambda op: installed["hash"])
+
+    def record(spec, params, source, shapes, template):
+        rendered = render(spec.family, {**template, **params}, spec.source_dir)
+        return {"kernel": spec.id, "source": source, "template": dict(template),
+                "params": dict(params), "passed": True, "runs": [],
+                "source_hash": installed["hash"],
+                "variant_hash": installed["render"] or variant_hash(rendered)}
+    monkeypatch.setattr(validation, "variant_record", record)
+    first = validation.write_record(tmp_path, ["reduce.axis0"], "c0", sanitizer=True)
+    calls = len(fake_sanitizer.read_text().splitlines())
+    [v] = first["variants"]
+    installed.update(hash="new", render=None)
+    proof = _proof(v["kernel"], v["template"], v["params"], equal)
+    second = validation.write_record(tmp_path, ["reduce.axis0"], "c1", sanitizer=True,
+                                     proofs=[proof])
+    [w] = second["variants"]
+    assert (len(fake_sanitizer.read_text().splitlines()) == calls) == equal
+    assert w["sanitizer"]["memcheck"]["errors"] == 0 and w["passed"]
+    if equal:
+        assert w["sanitizer"] == v["sanitizer"]
+        assert w["sanitizer_carried"] == {"commit": "c0", "source_hash": "old",
+                                          "proof": {"base": "r0", "head": "r1"}}
+    else:
+        assert "sanitizer_carried" not in w
+
+
+def test_validate_refuses_a_proof_of_other_sources_in_one_line(tmp_path, capsys):
+    import argparse
+    path = tmp_path / "proof.json"
+    path.write_text(json.dumps(_proof("reduce.axis0", {}, {}, True, head="not-installed")))
+    p = argparse.ArgumentParser()
+    validation.register(p.add_subparsers())
+    args = p.parse_args(["validate", "--proof", str(path)])
+    assert args.func(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "prove them again" in captured.err
+    assert not captured.out

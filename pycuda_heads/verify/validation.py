@@ -13,7 +13,9 @@ and variant (``python -m pycuda_heads.verify.validation KERNEL PARAMS``, several
 once); the findings, read from the tool's summary (racecheck counts every hazard it displays,
 warnings included), go into the record, and a variant passes only with none. A variant whose
 rendered source and sanitizer shape are those of a clean result in the previous record keeps
-that result instead of running again.
+that result instead of running again. So does a variant that an identity proof (``pycuda-heads
+identity``, ``--proof``) shows compiling to the same entry and launch as at the sources of its
+clean result (the record says where it came from): the code it would run is the code that ran.
 """
 from __future__ import annotations
 
@@ -157,19 +159,59 @@ def _sanitizer_key(v: Mapping[str, Any], template: Mapping[str, int],
             json.dumps([template, shape], sort_keys=True))
 
 
-def _clean_sanitizer_runs(path: Path) -> dict[tuple[str, ...], dict[str, Any]]:
+def _variant_key(v: Mapping[str, Any]) -> str:
+    return json.dumps([v["kernel"], v.get("template"), v["params"]], sort_keys=True)
+
+
+def check_proofs(proofs: Iterable[Mapping[str, Any]], cat: Catalog) -> list[Mapping[str, Any]]:
+    """The identity proofs, each checked to be of a known family and made of its installed
+    sources (ValueError otherwise)."""
+    out = []
+    for proof in proofs:
+        specs = cat.families().get(proof.get("family", ""))
+        if not specs:
+            raise ValueError(f"the proof is of unknown family {proof.get('family')!r}")
+        if not all(isinstance(proof.get(k), dict) for k in ("base", "head")) \
+                or not isinstance(proof.get("variants"), list):
+            raise ValueError(f"the {proof['family']} proof has no base, head or variants")
+        installed, head = op_source_hash(specs[0].op), proof["head"].get("source_hash")
+        if head != installed:
+            raise ValueError(f"the {proof['family']} proof is of sources {head}, the installed "
+                             f"ones are {installed}: prove them again")
+        out.append(proof)
+    return out
+
+
+def _clean_sanitizer_runs(path: Path, proofs: Iterable[Mapping[str, Any]] = ()
+                          ) -> dict[tuple[str, ...], tuple[dict[str, Any], dict[str, Any] | None]]:
     """Sanitizer results with 0 findings in the record at ``path``, by kernel, rendered-source
-    hash and the template and shape they ran at; {} when there is no readable record."""
+    hash and the template and shape they ran at, each with None; {} when there is no readable
+    record. A variant that one of ``proofs`` shows unchanged (entry and launch) from the sources
+    it was sanitized at is keyed at the installed sources as well, with where it came from."""
     try:
         old = records.read_json(path, "validation record")
     except (OSError, ValueError):
         return {}
-    clean = {}
+    cat = catalog()
+    proven = {_variant_key(r): proof for proof in proofs for r in proof["variants"]
+              if r.get("equal")}
+    clean: dict[tuple[str, ...], tuple[dict[str, Any], dict[str, Any] | None]] = {}
     for v in old.get("variants", ()):
         runs = v.get("sanitizer")
-        if runs and "variant_hash" in v and findings(runs) == 0:
-            first = next(iter(runs.values()))
-            clean[_sanitizer_key(v, first["template"], first["shape"])] = runs
+        if not (runs and "variant_hash" in v and findings(runs) == 0):
+            continue
+        first = next(iter(runs.values()))
+        at = (first["template"], first["shape"])
+        clean[_sanitizer_key(v, *at)] = (runs, None)
+        proof = proven.get(_variant_key(v))
+        if proof and v["kernel"] in cat and v.get("source_hash") == proof["base"]["source_hash"]:
+            spec = cat[v["kernel"]]
+            now = {**v, "source_hash": proof["head"]["source_hash"], "variant_hash": variant_hash(
+                render(spec.family, {**v["template"], **v["params"]}, spec.source_dir))}
+            family = old.get("families", {}).get(spec.family, {})
+            clean.setdefault(_sanitizer_key(now, *at), (runs, {
+                "commit": family.get("commit"), "source_hash": v["source_hash"],
+                "proof": {"base": proof["base"]["revision"], "head": proof["head"]["revision"]}}))
     return clean
 
 
@@ -244,13 +286,16 @@ def merge_record(old: Mapping[str, Any] | None, variants: list[dict[str, Any]],
 
 
 def write_record(out_dir: Path, kernels: list[str] | None = None,
-                 commit: str | None = None, sanitizer: bool = False) -> dict[str, Any]:
+                 commit: str | None = None, sanitizer: bool = False,
+                 proofs: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Validate the variants of ``kernels`` (kernel ids or families; all when None) and merge
-    them into ``out_dir/<gpu>/validation.json``."""
+    them into ``out_dir/<gpu>/validation.json``; with ``sanitizer``, identity ``proofs`` carry
+    clean results of variants they show unchanged."""
     from ..core.device import gpu_name, gpu_slug
     from ..core.tuned import load_table
     slug = gpu_slug()  # no GPU: the one-line GpuUnavailableError before anything else
     cat = catalog()
+    proofs = check_proofs(proofs, cat)
     wanted = selected(cat, kernels)
     todo = [v for v in variants_to_check(cat, load_table(slug)) if v[0].id in wanted]
     path = out_dir / slug / records.VALIDATION_JSON
@@ -261,8 +306,9 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
             variants.append(variant_record(spec, params, source, shapes, template))
             steps.step(f"{spec.id} {source}")
     if sanitizer:
-        # a variant whose source and launch code are unchanged keeps its clean findings
-        clean = _clean_sanitizer_runs(path)
+        # a variant whose source and launch code are unchanged, or proven to compile as they
+        # did, keeps its clean findings
+        clean = _clean_sanitizer_runs(path, proofs)
         keys = [_sanitizer_key(v, *sanitizer_shape(t[3])) for t, v in zip(todo, variants)]
         fresh = [(i, t) for i, t in enumerate(todo) if keys[i] not in clean]
         found = []
@@ -274,7 +320,12 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
                 steps.step(f"{spec.id} {source}")
         results = dict(zip((i for i, _ in fresh), found))
         for i, variant in enumerate(variants):
-            variant["sanitizer"] = results[i] if i in results else clean[keys[i]]
+            if i in results:
+                variant["sanitizer"] = results[i]
+            else:
+                variant["sanitizer"], carried = clean[keys[i]]
+                if carried:
+                    variant["sanitizer_carried"] = carried
             variant["passed"] &= findings(variant["sanitizer"]) == 0
     try:
         old = records.read_json(path, "validation record") if path.is_file() else None
@@ -297,7 +348,13 @@ def _run(args: argparse.Namespace) -> int:
               "the CUDA toolkit)", file=sys.stderr)
         return 2
     # no GPU: cli.main reports it in one line on stderr, exit 2
-    record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize)
+    try:
+        proofs = check_proofs([records.read_json(f, "identity proof") for f in args.proof or ()],
+                              catalog())
+    except (OSError, ValueError) as exc:
+        print(f"pycuda-heads validate: --proof: {exc}", file=sys.stderr)
+        return 2
+    record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize, proofs)
     wanted = selected(catalog(), args.kernels)
     ran = [v for v in record["variants"] if v["kernel"] in wanted]
     for v in ran:
@@ -331,6 +388,10 @@ def register(sub: Any) -> None:
     p.add_argument("--sanitize", action="store_true",
                    help=f"also run every variant under {SANITIZER} ({', '.join(SANITIZER_TOOLS)})"
                         " at a small shape; 0 findings required")
+    p.add_argument("--proof", action="append", metavar="FILE",
+                   help="an identity proof (pycuda-heads identity) of the installed sources: "
+                        "variants it shows compiling as they did keep their clean sanitizer "
+                        "results; repeat for several families")
     p.set_defaults(func=_run)
 
 
