@@ -1,0 +1,28 @@
+"""Issue 34: LAYOUT 4's H=32 passes at their shipped launches, timed once with the tree as it
+is (GPU), for a quick look at pending patch sets before their tuned A/B
+(probes/pool_l4_ab.sh). The launches are given explicitly: a patched tree's tuned entries are
+for other sources, which the op would not apply. Prints one line.
+
+    python probes/pool_l4_quick_ab.py LABEL
+"""
+import sys
+
+import numpy as np
+import pycuda.gpuarray as ga
+
+import pycuda_heads as ph
+from pycuda_heads.perf.timing import gpu_time_us
+
+LAUNCH = {"forward": {"BLOCK": 128, "LAYOUT": 4, "GRID": 0, "MIN_BLOCKS": 4},
+          "backward": {"BLOCK": 256, "LAYOUT": 4, "GRID": 2, "MIN_BLOCKS": 0}}
+H, D, B, K = 32, 128, 512, 64
+
+rng = np.random.default_rng(0)
+q, ln, gc = (ga.to_gpu(rng.standard_normal(s, dtype=np.float32))
+             for s in ((H, D), (B, K, D), (B, H, D)))
+pool = ph.PerHorizonAttentionPool(H, D, launch=LAUNCH)
+ctx, attn = pool.forward(q, ln)
+fwd = gpu_time_us(lambda: pool.forward(q, ln), reps=15)["median_us"]
+bwd = gpu_time_us(lambda: pool.backward(q, ln, attn, gc, ctx), reps=15)["median_us"]
+print(f"{sys.argv[1] or 'main'}: forward {fwd:.2f} us, backward {bwd:.2f} us, "
+      f"sum {fwd + bwd:.2f}", flush=True)
