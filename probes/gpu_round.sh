@@ -133,8 +133,9 @@ if has validate; then
     mkdir -p "$out/validate/rep/nvidia-h200"
     cp reports/nvidia-h200/validation.json "$out/validate/rep/nvidia-h200/"
     for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam multiadam,headloss}; do
-        timeout "${VALIDATE_S:-230}" pycuda-heads validate --sanitize --out "$out/validate/rep" --kernels "$kernels" \
-            --commit "$commit" ${VALIDATE_PROOF:+--proof "$VALIDATE_PROOF"} >> "$out/validate/validate.log" 2>&1
+        timeout "${VALIDATE_S:-230}" pycuda-heads validate --sanitize --out "$out/validate/rep" \
+            --kernels "$kernels" --commit "$commit" ${VALIDATE_PROOF:+--proof "$VALIDATE_PROOF"} \
+            >> "$out/validate/validate.log" 2>&1
         echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
     done
     pack validate

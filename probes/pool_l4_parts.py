@@ -67,8 +67,9 @@ def main(out: str) -> int:
                      for s in ((h, d), (b, k, d), (b, h, d)))
         shipped = ph.PerHorizonAttentionPool(h, d)
         ctx, attn = shipped.forward(q, ln)
-        tuned = {"forward": gpu_time_us(lambda: shipped.forward(q, ln))["median_us"],
-                 "backward": gpu_time_us(lambda: shipped.backward(q, ln, attn, gc, ctx))["median_us"]}
+        tuned = {"forward": gpu_time_us(lambda: shipped.forward(q, ln)),
+                 "backward": gpu_time_us(lambda: shipped.backward(q, ln, attn, gc, ctx))}
+        tuned = {role: t["median_us"] for role, t in tuned.items()}
         chosen = {r: c["params"] for r, c in shipped.chosen.items()}
         for role in ("forward", "backward"):
             best = None
