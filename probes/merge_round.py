@@ -27,11 +27,10 @@ def merge_validation(rep: Path, commit: str) -> None:
     by_family: dict[str, list] = {}
     for v in new["variants"]:
         by_family.setdefault(cat[v["kernel"]].family, []).append(v)
-    merged = old
     # the round's record starts as a copy of the repository's: only the families it ran changed
-    touched = {f: vs for f, vs in by_family.items()
-               if new["families"][f] != (old or {}).get("families", {}).get(f)}
-    by_family = touched
+    by_family = {f: vs for f, vs in by_family.items()
+                 if new["families"][f] != (old or {}).get("families", {}).get(f)}
+    merged = old
     for family, variants in by_family.items():
         run = {k: v for k, v in new["families"][family].items() if k != "source_hash"}
         merged = merge_record(merged, variants, {**run, "commit": commit}, cat)

@@ -9,7 +9,9 @@
 # replays them and times nothing anew).
 #   source .gpu/env.sh && bash probes/pool_l4_ab.sh $OUT "patch-a" "patch-a patch-b"
 # (at 45ae44d it timed l4-softmax-ilp against l4-softmax-ilp + l4-warp-fetch: probes/pool_wide/NOTES.md)
-# DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU).
+# DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU);
+# QUICK=1 times each set at the shipped launches instead, untuned (probes/pool_l4_quick_ab.py,
+# a line a set into $OUT/quick_ab.txt, a few seconds a set).
 set -uo pipefail
 out=${1:?usage: pool_l4_ab.sh OUT SET...}; shift
 table=pycuda_heads/tuned/nvidia-h200.json
@@ -22,7 +24,9 @@ for set in "$@"; do
     for f in "${files[@]}"; do
         patch -s -p1 < "$f" || { echo "does not apply: $f" > "$dir/error.txt"; exit 1; }
     done
-    if [[ -z ${DRY:-} ]]; then
+    if [[ -n ${QUICK:-} ]]; then
+        timeout 60 python probes/pool_l4_quick_ab.py "$set" >> "$out/quick_ab.txt" 2>&1
+    elif [[ -z ${DRY:-} ]]; then
         cp "$table" "$dir/table.before.json"
         STEPS=tune TUNE_TASKS="pool.forward:$h32 pool.backward:$h32" \
             TUNE_TRY="$(python probes/pool_l4_tries.py)" TUNE_TRIALS=34 TUNE_S=100 \

@@ -38,6 +38,7 @@ def main(out: str) -> int:
     import pycuda.gpuarray as ga
 
     import pycuda_heads as ph
+    from pycuda_heads.catalog import catalog
     from pycuda_heads.core.compile import variant_arch
     from pycuda_heads.core.source import render
     from pycuda_heads.ops.pool import BACKWARD_SPACE, FORWARD_SPACE
@@ -52,8 +53,7 @@ def main(out: str) -> int:
             for p in space.points(template, shape):
                 if p["LAYOUT"] == 4 and p["GRID"] in GRIDS:
                     plan.append((h, d, b, k, what, role, p))
-    from pycuda_heads.catalog import catalog
-    spec = catalog()["pool.forward"]
+    spec = catalog()["pool.forward"]  # one module holds both passes' entries
     failed = compile_all([(render(spec.family, {**{"N_HORIZONS": h, "HIDDEN_DIM": d}, **p},
                                   spec.source_dir),
                            variant_arch(p) or arch) for h, d, _, _, _, _, p in plan],

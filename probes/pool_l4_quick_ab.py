@@ -1,21 +1,26 @@
 """Issue 34: LAYOUT 4's H=32 passes at their shipped launches, timed once with the tree as it
-is (GPU), for a quick look at pending patch sets before their tuned A/B
-(probes/pool_l4_ab.sh). The launches are given explicitly: a patched tree's tuned entries are
-for other sources, which the op would not apply. Prints one line.
+is (GPU), for a quick look at pending patch sets before their tuned A/B (`QUICK=1 bash
+probes/pool_l4_ab.sh OUT SET...` applies each set and runs this). The launches are the
+table's entries, given explicitly: a patched tree's entries are for other sources, which the
+op would not apply. Prints one line.
 
     python probes/pool_l4_quick_ab.py LABEL
 """
+import json
 import sys
 
 import numpy as np
 import pycuda.gpuarray as ga
 
 import pycuda_heads as ph
+from pycuda_heads.core.tuned import table_dir
 from pycuda_heads.perf.timing import gpu_time_us
 
-LAUNCH = {"forward": {"BLOCK": 128, "LAYOUT": 4, "GRID": 0, "MIN_BLOCKS": 4},
-          "backward": {"BLOCK": 256, "LAYOUT": 4, "GRID": 2, "MIN_BLOCKS": 0}}
 H, D, B, K = 32, 128, 512, 64
+LAUNCH = {e["kernel"].partition(".")[2]: e["params"]
+          for e in json.loads((table_dir() / "nvidia-h200.json").read_text())["entries"]
+          if e["kernel"].startswith("pool.") and e["template"] == {"N_HORIZONS": H, "HIDDEN_DIM": D}
+          and e["shape"] == {"B": B, "K": K}}
 
 rng = np.random.default_rng(0)
 q, ln, gc = (ga.to_gpu(rng.standard_normal(s, dtype=np.float32))

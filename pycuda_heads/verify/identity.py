@@ -81,6 +81,19 @@ class ProofError(ValueError):
     """A proof that cannot carry tuned entries over (incomplete, unequal or of other sources)."""
 
 
+def variant_key(v: Mapping[str, Any]) -> str:
+    """A variant as proofs, tables and validation records name it: kernel, template, params."""
+    return json.dumps([v["kernel"], v.get("template"), v["params"]], sort_keys=True)
+
+
+def check_installed(proof: Mapping[str, Any], installed: str) -> None:
+    """ProofError unless ``proof`` was made of the sources whose hash is ``installed``."""
+    head = (proof.get("head") or {}).get("source_hash")
+    if head != installed:
+        raise ProofError(f"the proof is of sources {head}, the installed ones are {installed}: "
+                         "prove them again")
+
+
 def _repo_root() -> Path:
     out = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse",
                           "--show-toplevel"], capture_output=True, text=True, check=True)
@@ -291,12 +304,9 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
         raise ProofError(f"the proof is not all equal: {len(unequal)} of {len(rows)} variants "
                          "compile differently" + "".join(
                              f"\n  {r['kernel']} {r['template']} {r['params']}" for r in unequal))
+    check_installed(proof, installed)
     old, new = proof["base"]["source_hash"], proof["head"]["source_hash"]
-    if new != installed:
-        raise ProofError(f"the proof is of sources {new}, the installed ones are {installed}: "
-                         "prove them again")
-    key = lambda r: json.dumps([r["kernel"], r["template"], r["params"]],  # noqa: E731
-                               sort_keys=True)
+    key = variant_key
     proven, equal = {key(r) for r in rows}, {key(r) for r in rows if r.get("equal")}
     paths = sorted(tables if tables is not None else table_dir().glob("*.json"))
     changed: dict[Path, dict[str, Any]] = {}

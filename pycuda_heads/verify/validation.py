@@ -39,6 +39,7 @@ from ..core.op import op_source_hash
 from ..core.source import render, variant_hash
 from ..core.spec import KernelSpec
 from ..progress import Steps
+from .identity import ProofError, check_installed, variant_key
 
 Shapes = list[tuple[dict[str, int], dict[str, int]]]
 
@@ -159,25 +160,17 @@ def _sanitizer_key(v: Mapping[str, Any], template: Mapping[str, int],
             json.dumps([template, shape], sort_keys=True))
 
 
-def _variant_key(v: Mapping[str, Any]) -> str:
-    return json.dumps([v["kernel"], v.get("template"), v["params"]], sort_keys=True)
-
-
 def check_proofs(proofs: Iterable[Mapping[str, Any]], cat: Catalog) -> list[Mapping[str, Any]]:
     """The identity proofs, each checked to be of a known family and made of its installed
-    sources (ValueError otherwise)."""
+    sources (ProofError otherwise)."""
     out = []
     for proof in proofs:
         specs = cat.families().get(proof.get("family", ""))
         if not specs:
-            raise ValueError(f"the proof is of unknown family {proof.get('family')!r}")
-        if not all(isinstance(proof.get(k), dict) for k in ("base", "head")) \
-                or not isinstance(proof.get("variants"), list):
-            raise ValueError(f"the {proof['family']} proof has no base, head or variants")
-        installed, head = op_source_hash(specs[0].op), proof["head"].get("source_hash")
-        if head != installed:
-            raise ValueError(f"the {proof['family']} proof is of sources {head}, the installed "
-                             f"ones are {installed}: prove them again")
+            raise ProofError(f"the proof is of unknown family {proof.get('family')!r}")
+        if not isinstance(proof.get("base"), dict) or not isinstance(proof.get("variants"), list):
+            raise ProofError(f"the {proof['family']} proof has no base or variants")
+        check_installed(proof, op_source_hash(specs[0].op))
         out.append(proof)
     return out
 
@@ -193,7 +186,7 @@ def _clean_sanitizer_runs(path: Path, proofs: Iterable[Mapping[str, Any]] = ()
     except (OSError, ValueError):
         return {}
     cat = catalog()
-    proven = {_variant_key(r): proof for proof in proofs for r in proof["variants"]
+    proven = {variant_key(r): proof for proof in proofs for r in proof["variants"]
               if r.get("equal")}
     clean: dict[tuple[str, ...], tuple[dict[str, Any], dict[str, Any] | None]] = {}
     for v in old.get("variants", ()):
@@ -203,7 +196,7 @@ def _clean_sanitizer_runs(path: Path, proofs: Iterable[Mapping[str, Any]] = ()
         first = next(iter(runs.values()))
         at = (first["template"], first["shape"])
         clean[_sanitizer_key(v, *at)] = (runs, None)
-        proof = proven.get(_variant_key(v))
+        proof = proven.get(variant_key(v))
         if proof and v["kernel"] in cat and v.get("source_hash") == proof["base"]["source_hash"]:
             spec = cat[v["kernel"]]
             now = {**v, "source_hash": proof["head"]["source_hash"], "variant_hash": variant_hash(
@@ -289,13 +282,12 @@ def write_record(out_dir: Path, kernels: list[str] | None = None,
                  commit: str | None = None, sanitizer: bool = False,
                  proofs: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Validate the variants of ``kernels`` (kernel ids or families; all when None) and merge
-    them into ``out_dir/<gpu>/validation.json``; with ``sanitizer``, identity ``proofs`` carry
-    clean results of variants they show unchanged."""
+    them into ``out_dir/<gpu>/validation.json``; with ``sanitizer``, identity ``proofs`` (as
+    ``check_proofs`` returns them) carry clean results of variants they show unchanged."""
     from ..core.device import gpu_name, gpu_slug
     from ..core.tuned import load_table
     slug = gpu_slug()  # no GPU: the one-line GpuUnavailableError before anything else
     cat = catalog()
-    proofs = check_proofs(proofs, cat)
     wanted = selected(cat, kernels)
     todo = [v for v in variants_to_check(cat, load_table(slug)) if v[0].id in wanted]
     path = out_dir / slug / records.VALIDATION_JSON
@@ -348,10 +340,10 @@ def _run(args: argparse.Namespace) -> int:
               "the CUDA toolkit)", file=sys.stderr)
         return 2
     # no GPU: cli.main reports it in one line on stderr, exit 2
-    try:
+    try:  # before the GPU is asked for: a proof of other sources is refused on any machine
         proofs = check_proofs([records.read_json(f, "identity proof") for f in args.proof or ()],
                               catalog())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # ProofError is a ValueError, as is bad JSON
         print(f"pycuda-heads validate: --proof: {exc}", file=sys.stderr)
         return 2
     record = write_record(Path(args.out), args.kernels, args.commit, args.sanitize, proofs)
