@@ -23,7 +23,8 @@
 #   train     bench rows of $BENCH_OPS (default torch_train)
 #   wide      the wide-head tensor-core prototypes (probes/pool_wide/run.py; $WIDE_ARGS: the
 #             versions, e.g. "rate rows dsplit", default all)
-#   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py)
+#   chain     where the pool's fwd+bwd time goes at B=1024, K=128 (probes/pool_chain.py), or at
+#             $CHAIN_SHAPES (H,D,B,K, space-separated)
 #   splitk    the pool's split-K rule and launches swept (probes/pool_splitk/virtual.py),
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
@@ -181,7 +182,7 @@ fi
 # named after them (pool_wide_rate_rows_dsplit.json), so a run of some keeps the full one
 has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py \
     "pool_wide${WIDE_ARGS:+_${WIDE_ARGS// /_}}.json" ${WIDE_ARGS:-}
-has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json
+has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json ${CHAIN_SHAPES:-}
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
     pool_splitk_rules.json ${SPLITK_ARGS:-}

@@ -4,9 +4,9 @@ shape short of 75% of its floor (71.5 us against a 50.7 us floor; its passes alo
 alone (the op's own launches on buffers made once), and of fwd+bwd chained (the bench's row);
 each also after an L2 flush (a 256 MB fill; the fill's own time taken off), to see how much
 of a pass alone is served by what the previous repetition left in L2. B=4096, K=64 (77% of its
-floor) is the contrast.
+floor) is the contrast. Other shapes as H,D,B,K arguments (e.g. 32,128,512,64 for the wide ones).
 
-    source .gpu/env.sh && python probes/pool_chain.py $OUT/pool_chain.json
+    source .gpu/env.sh && python probes/pool_chain.py $OUT/pool_chain.json [H,D,B,K ...]
 """
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ from pycuda_heads.perf.bench import CudaHarness
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
 
-H, D = 5, 128
-SHAPES = ((1024, 128), (4096, 64))
+SHAPES = ((5, 128, 1024, 128), (5, 128, 4096, 64))
 FLUSH_BYTES = 256 << 20  # five times the L2
 
 
@@ -33,7 +32,7 @@ def median(fn) -> float:
     return gpu_time_us(fn)["median_us"]
 
 
-def main(out: str) -> None:
+def main(out: str, shapes: tuple[tuple[int, int, int, int], ...]) -> None:
     device.cuda()
     bandwidth = CudaHarness().copy_bandwidth_gbps()
     flush_buf = ga.empty(FLUSH_BYTES // 4, np.float32)
@@ -46,7 +45,7 @@ def main(out: str) -> None:
               "gpu": device.gpu_name(), "copy_bandwidth_GBps": round(bandwidth, 1),
               "flush_us": round(flush_us, 2), "shapes": []}
     rng = np.random.default_rng(0)
-    for b, k in SHAPES:
+    for H, D, b, k in shapes:
         q = ga.to_gpu(rng.standard_normal((H, D), dtype=np.float32))
         ln = ga.to_gpu(rng.standard_normal((b, k, D), dtype=np.float32))
         gc = ga.to_gpu(rng.standard_normal((b, H, D), dtype=np.float32))
@@ -75,7 +74,7 @@ def main(out: str) -> None:
                 for name, fn in parts.items()}
         floor = {"forward": 4 * (b * k * D + b * H * k + b * H * D) / bandwidth / 1e3,
                  "backward": 4 * (2 * b * k * D + b * H * k + 2 * b * H * D) / bandwidth / 1e3}
-        entry = {"B": b, "K": k, "blocks": blocks, "params": pool.chosen["backward"]["params"],
+        entry = {"H": H, "D": D, "B": b, "K": k, "blocks": blocks, "params": pool.chosen["backward"]["params"],
                  "floor_us": {n: round(v, 2) for n, v in floor.items()},
                  "warm_us": warm, "after_flush_us": cold}
         record["shapes"].append(entry)
@@ -90,4 +89,4 @@ def _chain(pool, q, ln, gc) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], tuple(tuple(map(int, a.split(","))) for a in sys.argv[2:]) or SHAPES)
