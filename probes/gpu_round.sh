@@ -182,6 +182,7 @@ fi
 # named after them (pool_wide_rate_rows_dsplit.json), so a run of some keeps the full one
 has wide && probe_step wide "${WIDE_S:-90}" probes/pool_wide/run.py \
     "pool_wide${WIDE_ARGS:+_${WIDE_ARGS// /_}}.json" ${WIDE_ARGS:-}
+# shellcheck disable=SC2086  # CHAIN_SHAPES: words on purpose (one shape each)
 has chain && probe_step chain "${CHAIN_S:-150}" probes/pool_chain.py pool_chain.json ${CHAIN_SHAPES:-}
 # shellcheck disable=SC2086  # SPLITK_ARGS: words on purpose
 has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py \
