@@ -15,6 +15,8 @@
 //   LAYOUT 4: many horizons (N_HORIZONS a multiple of 8): a block holds a whole row of ln in
 //     shared memory and runs the scores, context and backward products on the tensor cores
 //     (3xTF32), every warp on each product in turn.
+//   LAYOUT 5: wide rows on the tensor cores: ln streamed through a ring of 16-key slots, an
+//     online softmax in the forward, the warps splitting D in the scores (3xTF32, as LAYOUT 4).
 //   POOL_SPLIT (in place of LAYOUT): split-K's joins (pool_split.cuh). A batch row of K keys
 //     runs as SPLIT_COUNT virtual rows of K/SPLIT_COUNT keys through any layout compiled with
 //     SPLIT_COUNT (it reads and writes the batch row's attn in place, pool_common.cuh); these
@@ -25,6 +27,11 @@
 #include "heads_common.cuh"
 #include "pool_sizes.cuh"
 #include "pool_common.cuh"
+// LAYOUT 4's and 5's products, here rather than in their files: a variant's source inlines
+// each header once, where it is first named, even inside an inactive #elif
+#if !defined(POOL_SPLIT) && (LAYOUT == 4 || LAYOUT == 5)
+#include "tf32_mma.cuh"
+#endif
 #ifdef POOL_SPLIT
 #include "pool_split.cuh"
 #elif LAYOUT == 0
@@ -37,4 +44,6 @@
 #include "pool_layout3.cuh"
 #elif LAYOUT == 4
 #include "pool_layout4.cuh"
+#elif LAYOUT == 5
+#include "pool_layout5.cuh"
 #endif

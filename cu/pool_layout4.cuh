@@ -7,8 +7,6 @@
 //   ctx^T [D x H] = LN^T . P^T               a warp D / NWARPS columns, every horizon
 // Needs N_HORIZONS % 8 == 0 and HIDDEN_DIM % (16 * NWARPS) == 0, and shared memory for the row
 // (the host's restrictions say the same).
-#include "tf32_mma.cuh"
-
 static_assert(N_HORIZONS % 8 == 0 && HIDDEN_DIM % (16 * NWARPS) == 0, "LAYOUT 4: shape");
 #define L4_NT (N_HORIZONS / 8)               // n8 tiles across the horizons
 #define L4_CM (HIDDEN_DIM / (16 * NWARPS))   // a warp's m16 tiles of columns

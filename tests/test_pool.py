@@ -189,13 +189,13 @@ def test_layout_2_register_caps_agree(params):
         assert_variant_passes(kernel, template, shape, point)
 
 
-@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4, 5])
 @pytest.mark.parametrize("with_grad_attn", [False, True])
 def test_backward_with_and_without_ctx(layout, with_grad_attn):
     """With ctx (one pass over ln) and without (the old call): both match the reference and
     repeat bitwise."""
     rng = np.random.default_rng(11)
-    h, d, b, k = (8, 128, 5, 70) if layout in (3, 4) else (5, 128, 9, 37)
+    h, d, b, k = (8, 128, 5, 70) if layout in (3, 4, 5) else (5, 128, 9, 37)
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     gc = rng.standard_normal((b, h, d), dtype=F32)
     ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None
@@ -258,6 +258,23 @@ def _assert_layout_passes(layout: int, kernel: str, template: dict, shape: dict,
 @pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
 def test_layout_4_matches_reference(template, shape, params, kernel):
     _assert_layout_passes(4, kernel, template, shape, params)
+
+
+# --- LAYOUT 5: wide rows through a ring of 16-key slots, tensor-core products ---
+
+@pytest.mark.parametrize("template,shape", [
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {"B": 3, "K": 128}),
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {"B": 2, "K": 33}),      # a partial last slot
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 5, "K": 64}),
+    ({"N_HORIZONS": 16, "HIDDEN_DIM": 256}, {"B": 3, "K": 1}),
+    ({"N_HORIZONS": 8, "HIDDEN_DIM": 1024}, {"B": 2, "K": 70}),
+    ({"N_HORIZONS": 24, "HIDDEN_DIM": 128}, {"B": 7, "K": 200})])
+@pytest.mark.parametrize("params", [{"BLOCK": 128, "STAGES": 2}, {"BLOCK": 256, "STAGES": 3},
+                                    {"BLOCK": 512, "STAGES": 4}, {"BLOCK": 256, "GRID": 1}],
+                         ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
+def test_layout_5_matches_reference(template, shape, params, kernel):
+    _assert_layout_passes(5, kernel, template, shape, params)
 
 
 def test_keys_beyond_the_range_raise_before_launch():

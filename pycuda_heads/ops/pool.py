@@ -17,7 +17,7 @@ from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
-# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2, 3 and 4 cannot).
+# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2, 3, 4 and 5 cannot).
 MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 
 # Register rows and shared-memory regions as the kernels declare them (cu/pool_sizes.cuh; the
@@ -30,7 +30,7 @@ SIZES = HeaderSizes(cu_dir() / "heads_common.cuh", cu_dir() / "pool_sizes.cuh")
 _ROW = SIZES.expr("ROW_PER_LANE")
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
-           "LAYOUT": (0, 1, 2, 3, 4)}
+           "LAYOUT": (0, 1, 2, 3, 4, 5)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
 # wave), blocks per SM the registers must allow (0: ptxas decides), ring slots per warp; keys
@@ -61,6 +61,16 @@ _LAYOUT4 = (
     "LAYOUT != 4 or ((GROUP, TEAMS, STAGES) == (32, 1, 4) and VEC == 4 "
     "and UNROLL == 1 and BLOCK in (128, 256) and N_HORIZONS % 8 == 0 "
     "and HIDDEN_DIM % (BLOCK // 2) == 0 and HIDDEN_DIM <= 256)",)
+# LAYOUT 5 (wide rows through a ring of 16-key slots, tensor-core products as LAYOUT 4's):
+# LAYOUT 2's GRID, MIN_BLOCKS and STAGES (2-4 slots); at most 8 accumulator tiles a warp (ctx
+# and GQ: 32 registers). Its backward keeps the G rows of two batch rows, so a row needs
+# STAGES - 1 slots or more (a launch restriction: K is the launch's).
+_LAYOUT5 = (
+    "LAYOUT != 5 or ((GROUP, TEAMS) == (32, 1) and VEC == 4 and UNROLL == 1 "
+    "and BLOCK in (128, 256, 512) and STAGES in (2, 3, 4) and BLOCK * MIN_BLOCKS <= 1024 "
+    "and N_HORIZONS % 8 == 0 and HIDDEN_DIM % (BLOCK // 2) == 0 "
+    "and HIDDEN_DIM // (BLOCK // 2) * (N_HORIZONS // 8) <= 8)",)
+_L5_SLOTS = "LAYOUT != 5 or (K + 15) // 16 >= STAGES - 1"
 _LAYOUT2_LIMITS = (
     # fewer than 64 registers a thread spill the per-lane rows
     "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
@@ -94,14 +104,14 @@ FORWARD_SPACE = KernelSpace(
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 1) * {_ROW} <= 96",
-                  f"LAYOUT in (2, 3, 4) or {_PINNED}",
+                  f"LAYOUT in (2, 3, 4, 5) or {_PINNED}",
                   "LAYOUT == 2 or (QREG, LANE_ACC) == (0, 0)",
                   # scores in shared memory and lane-owned accumulators: one-warp teams only
                   # (no merge buffers there); the weights are read 4 keys at a time
                   "SMEM_SCORES == 0 or (LAYOUT == 2 and TEAMS == BLOCK // 32)",
                   "LANE_ACC == 0 or (TEAMS == BLOCK // 32 and 32 // GROUP * GROUP_KEYS % 4 == 0)",
                   "LANE_ACC == 1 or GROUP_KEYS == 1",
-                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4,
+                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4, *_LAYOUT5,
                   # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling:
                   # acc (and q with QREG) of every horizon and one ln step; with LANE_ACC, acc
                   # of a lane's own columns, GROUP_KEYS ln rows and their scores
@@ -124,9 +134,9 @@ BACKWARD_SPACE = KernelSpace(
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
                   # the 128-register cap of 512 threads spills LAYOUT 1's wide rows
                   f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32",
-                  f"LAYOUT in (2, 3, 4) or {_PINNED}",
+                  f"LAYOUT in (2, 3, 4, 5) or {_PINNED}",
                   "LAYOUT == 2 or GROUP_KEYS == 1",
-                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4,
+                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4, *_LAYOUT5,
                   # per lane: grad_ctx and the grad_q_h partial of every horizon, a query row,
                   # and an ln row and a grad_ln row for each of the GROUP_KEYS keys; 168 fit
                   # the registers of MIN_BLOCKS 3, and with no minimum ptxas holds 226 (H=2,
@@ -134,7 +144,7 @@ BACKWARD_SPACE = KernelSpace(
                   # against LAYOUT 1's 66.3, reports/nvidia-h200/probes/pool_wide_backward.json)
                   f"LAYOUT != 2 or (2 * N_HORIZONS + 1 + 2 * GROUP_KEYS) * {_GCOLS} "
                   "+ N_HORIZONS <= (226 if MIN_BLOCKS == 0 else 168)"),
-    launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
+    launch_restrictions=(*_LAUNCH, _L5_SLOTS), shared_bytes=backward_shared_bytes)
 
 
 _NULL = np.intp(0)  # grad_attn, ctx or the ds scratch absent
@@ -178,9 +188,9 @@ def _split_defines(s: int) -> dict[str, int] | None:
 
 
 def _blocks(p: Mapping[str, Any], b: int) -> int:
-    """One block per batch row; in LAYOUT 2 one per TEAMS rows; in LAYOUT 2 and 4 at most GRID
-    per SM."""
-    if p["LAYOUT"] not in (2, 4):
+    """One block per batch row; in LAYOUT 2 one per TEAMS rows; in LAYOUT 2, 4 and 5 at most
+    GRID per SM."""
+    if p["LAYOUT"] not in (2, 4, 5):
         return b
     blocks = -(-b // p["TEAMS"])
     return min(blocks, p["GRID"] * device.sm_count()) if p["GRID"] else blocks

@@ -1,0 +1,79 @@
+"""Issue 34: LAYOUT 5 (wide rows through a ring of 16-key slots, tensor-core products) against
+the shipped launches, GPU time of each pass at the wide suite shapes, before any tuning. Each
+point's outputs are compared with the shipped launch's (max abs difference over the largest
+value), so a wrong point shows at once. One JSON line a point; the record into $1.
+
+    source .gpu/env.sh && python probes/pool_layout5.py $OUT/pool_layout5.json
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pycuda.gpuarray as ga
+
+import pycuda_heads as ph
+from pycuda_heads.core import device
+from pycuda_heads.core.tuned import table_dir
+from pycuda_heads.perf.timing import gpu_time_us
+from pycuda_heads.records import git_state
+
+SHAPES = ((8, 512, 1024, 128), (32, 128, 512, 64))
+POINTS = [{"BLOCK": 128, "STAGES": 3, "GRID": 0}] + [
+    {"BLOCK": bl, "STAGES": st, "GRID": gr}
+    for bl, st, gr in itertools.product((256, 512), (2, 3, 4), (0, 1))]
+
+
+def shipped(h: int, d: int, b: int, k: int) -> dict:
+    entries = json.loads((table_dir() / "nvidia-h200.json").read_text())["entries"]
+    return {e["kernel"].partition(".")[2]: e["params"] for e in entries
+            if e["kernel"].startswith("pool.") and e["shape"] == {"B": b, "K": k}
+            and e["template"] == {"N_HORIZONS": h, "HIDDEN_DIM": d}}
+
+
+def rel(a, b) -> float:
+    a, b = a.get().astype(np.float64), b.get().astype(np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def main(out: str) -> None:
+    device.cuda()  # the context, before the first allocation
+    rng = np.random.default_rng(0)
+    record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"], "rows": []}
+    for h, d, b, k in SHAPES:
+        q, ln, gc = (ga.to_gpu(rng.standard_normal(s, dtype=np.float32))
+                     for s in ((h, d), (b, k, d), (b, h, d)))
+        base = ph.PerHorizonAttentionPool(h, d, launch=shipped(h, d, b, k))
+        ctx0, attn0 = base.forward(q, ln)
+        gq0, gln0 = base.backward(q, ln, attn0, gc, ctx0)
+        runs = [("shipped", base)]
+        for p in POINTS:
+            p5 = {**p, "LAYOUT": 5}
+            try:
+                runs.append((json.dumps(p), ph.PerHorizonAttentionPool(
+                    h, d, launch={"forward": p5, "backward": p5})))
+            except ValueError as e:  # a point the shape does not allow
+                print(f"skip {p}: {e}", flush=True)
+        for name, pool in runs:
+            row = {"H": h, "D": d, "B": b, "K": k, "point": name}
+            try:
+                ctx, attn = pool.forward(q, ln)
+                gq, gln = pool.backward(q, ln, attn0, gc, ctx0)
+                row["err"] = {"ctx": rel(ctx, ctx0), "attn": rel(attn, attn0),
+                              "grad_q": rel(gq, gq0), "grad_ln": rel(gln, gln0)}
+                row["forward_us"] = gpu_time_us(lambda: pool.forward(q, ln), reps=15)["median_us"]
+                row["backward_us"] = gpu_time_us(
+                    lambda: pool.backward(q, ln, attn0, gc, ctx0), reps=15)["median_us"]
+                row["chosen"] = {r: pool.chosen[r]["params"]["LAYOUT"] for r in pool.chosen}
+            except Exception as e:  # noqa: BLE001  a failing point is data here
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            print(json.dumps(row), flush=True)
+            record["rows"].append(row)
+            Path(out).write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
