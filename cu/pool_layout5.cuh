@@ -11,9 +11,8 @@
 //             GQ^T [D x H] += LN^T . DS^T             over all the block's rows, gq_scratch[block]
 //   c = grad_ctx . ctx (+ sum_k attn * grad_attn); without ctx a first pass over the row's slots
 //   sums it from DW, so that row's slots are visited twice.
-// Needs N_HORIZONS % 8 == 0 and HIDDEN_DIM % (16 * NWARPS) == 0; a row of at least STAGES - 1
-// slots (the backward keeps the G rows of two rows at once) and shared memory for the ring (the
-// host's restrictions say the same).
+// Needs N_HORIZONS % 8 == 0, HIDDEN_DIM % (16 * NWARPS) == 0 and shared memory for the ring
+// (the host's restrictions say the same).
 static_assert(N_HORIZONS % 8 == 0 && HIDDEN_DIM % (16 * NWARPS) == 0, "LAYOUT 5: shape");
 #define L5_NT (N_HORIZONS / 8)              // n8 tiles across the horizons
 #define L5_CM (HIDDEN_DIM / (16 * NWARPS))  // a warp's m16 tiles of columns
@@ -154,13 +153,14 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 }
 
 // Dynamic shared memory (floats): the ring [STAGES] of slots (ln [L5_KC][L5_LDW], then attn
-// [N_HORIZONS][L5_LDK]); q and the G rows of two batch rows [3][N_HORIZONS][L5_LDW]; the
-// partial products [NWARPS][N_HORIZONS][L5_KC]; DS [N_HORIZONS][L5_LDK]; c [N_HORIZONS].
+// [N_HORIZONS][L5_LDK]); the G rows of two batch rows [2][N_HORIZONS][L5_LDW]; the partial
+// products [NWARPS][N_HORIZONS][L5_KC]; DS [N_HORIZONS][L5_LDK]; c [N_HORIZONS]. q through L1,
+// so that two blocks of 256 fit an SM at H=8, D=512.
 extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
-    float *ring = smem, *qs = ring + STAGES * L5_BSLOT, *gs2 = qs + N_HORIZONS * L5_LDW;
+    float *ring = smem, *gs2 = ring + STAGES * L5_BSLOT;
     float *sp = gs2 + 2 * N_HORIZONS * L5_LDW, *ds = sp + L5_PARTS;
     float *cst = ds + N_HORIZONS * L5_LDK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -171,11 +171,6 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
     const int vpr = passes * nch;
     const int rows = B > (int)blockIdx.x ? (B - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     const int visits = rows * vpr;
-    // with visit 0's group: q, once
-    for (int e = threadIdx.x; e < N_HORIZONS * (HIDDEN_DIM / 4); e += BLOCK) {
-        const int r = e / (HIDDEN_DIM / 4), c = e % (HIDDEN_DIM / 4) * 4;
-        copy_async<16>(qs + r * L5_LDW + c, q_h + (size_t)r * HIDDEN_DIM + c, true);
-    }
     auto fetch = [&](int v) {
         if (v < visits) {
             const L5Visit at = l5_visit(v, vpr);
@@ -199,7 +194,10 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
         }
         copy_commit();
     };
-    for (int v = 0; v < STAGES - 1; ++v) fetch(v);
+    // slots in flight: a row of fewer than STAGES - 1 slots takes fewer, so that the G rows of
+    // the row after next never land on those of a row still in use
+    const int ahead = min(STAGES - 1, nch);
+    for (int v = 0; v < ahead; ++v) fetch(v);
 
     float gq[L5_CM][L5_NT][4];
     tf32_zero(gq);
@@ -207,9 +205,12 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
         const L5Visit at = l5_visit(v, vpr);
         const int k0 = at.rem % nch * L5_KC;
         const bool forming = at.rem < (passes - 1) * nch;  // the first pass without ctx
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
+        if (ahead == STAGES - 1)
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
+        else
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();  // slot v is in; every warp is done with visit v - 1
-        fetch(v + STAGES - 1);
+        fetch(v + ahead);
         const float* ls = ring + v % STAGES * L5_BSLOT;
         const float* as = ls + L5_FSLOT;
         const float* gs = gs2 + v / vpr % 2 * N_HORIZONS * L5_LDW;
@@ -267,10 +268,17 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
             float acc[1][L5_GN][4];
             tf32_zero(acc);
             tf32_gemm<1, L5_GN, N_HORIZONS / 8, true, true>(acc, as, L5_LDK, gs + n0, L5_LDW);
-            tf32_gemm<1, L5_GN, N_HORIZONS / 8, true, true>(acc, ds, L5_LDK, qs + n0, L5_LDW);
-            tf32_each(acc, [=](int m, int n, float& x) {
-                if (k0 + m < K) glb[(size_t)(k0 + m) * HIDDEN_DIM + n0 + n] = x;
-            });
+            tf32_gemm<1, L5_GN, N_HORIZONS / 8, true, true>(acc, ds, L5_LDK, q_h + n0, HIDDEN_DIM);
+            // a lane's pairs of columns (8 j + 2 t) at rows g and g + 8: one 8-byte store each
+            const int g = lane / 4, t = lane % 4;
+#pragma unroll
+            for (int j = 0; j < L5_GN; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (k0 + g + 8 * r < K)
+                        *reinterpret_cast<float2*>(glb + (size_t)(k0 + g + 8 * r) * HIDDEN_DIM
+                                                   + n0 + 8 * j + 2 * t) =
+                            make_float2(acc[0][j][2 * r], acc[0][j][2 * r + 1]);
         }
         tf32_gemm<L5_CM, L5_NT, L5_KC / 8, true, false>(gq, ls + d0, L5_LDW, ds, L5_LDK);
     }

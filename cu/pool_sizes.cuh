@@ -85,7 +85,7 @@
 // LAYOUT 5: ring slots of L5_KC keys, rows padded to L5_LDW floats (the backward's slots also
 // hold attn at those keys, [N_HORIZONS][L5_LDK]); the warps' partial scores [NWARPS][N_HORIZONS]
 // [L5_KC]. Forward: the ring, the partials, P [N_HORIZONS][L5_LDK], rescale and sum a horizon.
-// Backward: the ring, q and the G rows of two batch rows, the partials, DS and c.
+// Backward: the ring, the G rows of two batch rows, the partials, DS and c.
 #define L5_KC 16
 #define L5_LDW (HIDDEN_DIM + 4)
 #define L5_LDK (L5_KC + 4)
@@ -94,7 +94,7 @@
 #define L5_PARTS (NWARPS * N_HORIZONS * L5_KC)
 #define POOL_FORWARD_FLOATS_L5 (STAGES * L5_FSLOT + L5_PARTS + N_HORIZONS * L5_LDK \
                                 + 2 * N_HORIZONS)
-#define POOL_BACKWARD_FLOATS_L5 (STAGES * L5_BSLOT + 3 * N_HORIZONS * L5_LDW + L5_PARTS \
+#define POOL_BACKWARD_FLOATS_L5 (STAGES * L5_BSLOT + 2 * N_HORIZONS * L5_LDW + L5_PARTS \
                                  + N_HORIZONS * L5_LDK + N_HORIZONS)
 
 // Split-K (pool_split.cuh): threads a block of its kernels, the most splits of a row (the

@@ -1,7 +1,8 @@
 """Issue 34: LAYOUT 5 (wide rows through a ring of 16-key slots, tensor-core products) against
-the shipped launches, GPU time of each pass at the wide suite shapes, before any tuning. Each
-point's outputs are compared with the shipped launch's (max abs difference over the largest
-value), so a wrong point shows at once. One JSON line a point; the record into $1.
+the shipped launches, GPU time of each pass at the wide suite shapes, before any tuning: each
+pass over its own points, the other pass at its shipped launch. Each point's outputs are
+compared with the shipped launch's (max abs difference over the largest value), so a wrong
+point shows at once. One JSON line a point; the record into $1.
 
     source .gpu/env.sh && python probes/pool_layout5.py $OUT/pool_layout5.json
 """
@@ -22,9 +23,16 @@ from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
 
 SHAPES = ((8, 512, 1024, 128), (32, 128, 512, 64))
-POINTS = [{"BLOCK": 128, "STAGES": 3, "GRID": 0}] + [
-    {"BLOCK": bl, "STAGES": st, "GRID": gr}
-    for bl, st, gr in itertools.product((256, 512), (2, 3, 4), (0, 1))]
+_KNOBS = {"VEC": 4, "UNROLL": 1, "LAYOUT": 5, "GROUP": 32, "TEAMS": 1, "GROUP_KEYS": 1,
+          "CHUNK": 4096}
+POINTS = {
+    "forward": [{**_KNOBS, "QREG": 0, "SMEM_SCORES": 0, "LANE_ACC": 0, "BLOCK": bl, "STAGES": st,
+                 "MIN_BLOCKS": mb, "GRID": 0}
+                for bl, st, mb in itertools.product((128, 256, 512), (2, 3), (0, 2, 3))
+                if bl * mb <= 1024],
+    "backward": [{**_KNOBS, "BLOCK": bl, "STAGES": st, "MIN_BLOCKS": mb, "GRID": gr}
+                 for bl, st, mb, gr in itertools.product((256, 512), (2, 3, 4), (0, 2), (0, 1))
+                 if bl * mb <= 1024]}
 
 
 def shipped(h: int, d: int, b: int, k: int) -> dict:
@@ -49,24 +57,29 @@ def main(out: str) -> None:
         base = ph.PerHorizonAttentionPool(h, d, launch=shipped(h, d, b, k))
         ctx0, attn0 = base.forward(q, ln)
         gq0, gln0 = base.backward(q, ln, attn0, gc, ctx0)
-        runs = [("shipped", base)]
-        for p in POINTS:
-            p5 = {**p, "LAYOUT": 5}
-            try:
-                runs.append((json.dumps(p), ph.PerHorizonAttentionPool(
-                    h, d, launch={"forward": p5, "backward": p5})))
-            except ValueError as e:  # a point the shape does not allow
-                print(f"skip {p}: {e}", flush=True)
-        for name, pool in runs:
-            row = {"H": h, "D": d, "B": b, "K": k, "point": name}
+        runs = [("both", "shipped", base)]
+        for role, points in POINTS.items():
+            for p in points:
+                try:
+                    runs.append((role, json.dumps({n: p[n] for n in ("BLOCK", "STAGES",
+                                                                     "MIN_BLOCKS", "GRID")}),
+                                 ph.PerHorizonAttentionPool(
+                                     h, d, launch={**shipped(h, d, b, k), role: p})))
+                except ValueError as e:  # a point the shape does not allow
+                    print(f"skip {role} {p}: {e}", flush=True)
+        for role, name, pool in runs:
+            row = {"H": h, "D": d, "B": b, "K": k, "role": role, "point": name}
             try:
                 ctx, attn = pool.forward(q, ln)
                 gq, gln = pool.backward(q, ln, attn0, gc, ctx0)
                 row["err"] = {"ctx": rel(ctx, ctx0), "attn": rel(attn, attn0),
                               "grad_q": rel(gq, gq0), "grad_ln": rel(gln, gln0)}
-                row["forward_us"] = gpu_time_us(lambda: pool.forward(q, ln), reps=15)["median_us"]
-                row["backward_us"] = gpu_time_us(
-                    lambda: pool.backward(q, ln, attn0, gc, ctx0), reps=15)["median_us"]
+                if role != "backward":
+                    row["forward_us"] = gpu_time_us(lambda: pool.forward(q, ln),
+                                                    reps=15)["median_us"]
+                if role != "forward":
+                    row["backward_us"] = gpu_time_us(
+                        lambda: pool.backward(q, ln, attn0, gc, ctx0), reps=15)["median_us"]
                 row["chosen"] = {r: pool.chosen[r]["params"]["LAYOUT"] for r in pool.chosen}
             except Exception as e:  # noqa: BLE001  a failing point is data here
                 row["error"] = f"{type(e).__name__}: {e}"[:300]

@@ -63,14 +63,12 @@ _LAYOUT4 = (
     "and HIDDEN_DIM % (BLOCK // 2) == 0 and HIDDEN_DIM <= 256)",)
 # LAYOUT 5 (wide rows through a ring of 16-key slots, tensor-core products as LAYOUT 4's):
 # LAYOUT 2's GRID, MIN_BLOCKS and STAGES (2-4 slots); at most 8 accumulator tiles a warp (ctx
-# and GQ: 32 registers). Its backward keeps the G rows of two batch rows, so a row needs
-# STAGES - 1 slots or more (a launch restriction: K is the launch's).
+# and GQ: 32 registers).
 _LAYOUT5 = (
     "LAYOUT != 5 or ((GROUP, TEAMS) == (32, 1) and VEC == 4 and UNROLL == 1 "
     "and BLOCK in (128, 256, 512) and STAGES in (2, 3, 4) and BLOCK * MIN_BLOCKS <= 1024 "
     "and N_HORIZONS % 8 == 0 and HIDDEN_DIM % (BLOCK // 2) == 0 "
     "and HIDDEN_DIM // (BLOCK // 2) * (N_HORIZONS // 8) <= 8)",)
-_L5_SLOTS = "LAYOUT != 5 or (K + 15) // 16 >= STAGES - 1"
 _LAYOUT2_LIMITS = (
     # fewer than 64 registers a thread spill the per-lane rows
     "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
@@ -144,7 +142,7 @@ BACKWARD_SPACE = KernelSpace(
                   # against LAYOUT 1's 66.3, reports/nvidia-h200/probes/pool_wide_backward.json)
                   f"LAYOUT != 2 or (2 * N_HORIZONS + 1 + 2 * GROUP_KEYS) * {_GCOLS} "
                   "+ N_HORIZONS <= (226 if MIN_BLOCKS == 0 else 168)"),
-    launch_restrictions=(*_LAUNCH, _L5_SLOTS), shared_bytes=backward_shared_bytes)
+    launch_restrictions=_LAUNCH, shared_bytes=backward_shared_bytes)
 
 
 _NULL = np.intp(0)  # grad_attn, ctx or the ds scratch absent
