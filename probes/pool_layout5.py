@@ -4,13 +4,14 @@ pass over its own points, the other pass at its shipped launch. Each point's out
 compared with the shipped launch's (max abs difference over the largest value), so a wrong
 point shows at once. One JSON line a point; the record into $1.
 
-    source .gpu/env.sh && python probes/pool_layout5.py $OUT/pool_layout5.json
+    source .gpu/env.sh && python probes/pool_layout5.py $OUT/pool_layout5.json \
+        [--roles forward,backward] [--shapes 8,512,1024,128 ...]
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ POINTS = {
                 for bl, st, mb in itertools.product((128, 256, 512), (2, 3), (0, 2, 3))
                 if bl * mb <= 1024],
     "backward": [{**_KNOBS, "BLOCK": bl, "STAGES": st, "MIN_BLOCKS": mb, "GRID": gr}
-                 for bl, st, mb, gr in itertools.product((256, 512), (2, 3, 4), (0, 2), (0, 1))
+                 for bl, st, mb, gr in itertools.product((256, 512), (2, 3), (0, 2, 3), (0, 2, 3))
                  if bl * mb <= 1024]}
 
 
@@ -47,19 +48,19 @@ def rel(a, b) -> float:
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
 
 
-def main(out: str) -> None:
+def main(out: str, roles: list[str], shapes: list[tuple[int, ...]]) -> None:
     device.cuda()  # the context, before the first allocation
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"], "rows": []}
-    for h, d, b, k in SHAPES:
+    for h, d, b, k in shapes:
         q, ln, gc = (ga.to_gpu(rng.standard_normal(s, dtype=np.float32))
                      for s in ((h, d), (b, k, d), (b, h, d)))
         base = ph.PerHorizonAttentionPool(h, d, launch=shipped(h, d, b, k))
         ctx0, attn0 = base.forward(q, ln)
         gq0, gln0 = base.backward(q, ln, attn0, gc, ctx0)
         runs = [("both", "shipped", base)]
-        for role, points in POINTS.items():
-            for p in points:
+        for role in roles:
+            for p in POINTS[role]:
                 try:
                     runs.append((role, json.dumps({n: p[n] for n in ("BLOCK", "STAGES",
                                                                      "MIN_BLOCKS", "GRID")}),
@@ -89,4 +90,9 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--roles", default="forward,backward")
+    ap.add_argument("--shapes", nargs="*", default=[",".join(map(str, s)) for s in SHAPES])
+    a = ap.parse_args()
+    main(a.out, a.roles.split(","), [tuple(map(int, s.split(","))) for s in a.shapes])
