@@ -1,6 +1,7 @@
 """CPU: every shape in the pool's supported range has a valid launch point, found the way the
 op finds it (the default, else its nearest valid point); both kernels run LAYOUT 2 across the
-range but the widest heads, which LAYOUT 1 serves by default and LAYOUT 3 where tuned."""
+range but the widest heads, which LAYOUT 1 serves by default (LAYOUT 5 the backward where its
+horizons and columns fit) and the tensor-core layouts where tuned."""
 from __future__ import annotations
 
 import pytest
@@ -37,7 +38,8 @@ def test_default_layouts_and_where_layout_1_takes_over() -> None:
                                            # the backward's default MIN_BLOCKS 3 is one
                                            # LAYOUT 4 takes: its nearest valid point
                                            ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, 64, 1, 4),
-                                           ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, 64, 1, 1),
+                                           # LAYOUT 5 keeps the backward's MIN_BLOCKS 3
+                                           ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, 64, 1, 5),
                                            ({"N_HORIZONS": 2, "HIDDEN_DIM": 1024}, 64, 2, 2),
                                            ({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, 60000, 2, 2)):
         shape = {"B": 1, "K": k}
@@ -51,15 +53,32 @@ def test_layouts_pin_the_knobs_they_do_not_read() -> None:
     for space, extra in ((FORWARD_SPACE, ("QREG", "SMEM_SCORES", "LANE_ACC")),
                          (BACKWARD_SPACE, ())):
         read = {0: ("BLOCK", "VEC", "UNROLL"), 1: ("BLOCK", "VEC", "UNROLL"), 2: layout2 + extra,
-                3: ("BLOCK", "CHUNK"), 4: ("BLOCK", "GRID", "MIN_BLOCKS")}
+                3: ("BLOCK", "CHUNK"), 4: ("BLOCK", "GRID", "MIN_BLOCKS"),
+                5: ("BLOCK", "GRID", "MIN_BLOCKS", "STAGES")}
         for template, layouts in (({"N_HORIZONS": 5, "HIDDEN_DIM": 128}, {0, 1, 2}),
                                   ({"N_HORIZONS": 16, "HIDDEN_DIM": 30}, {0, 1, 2}),
-                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 128}, {0, 1, 2, 3, 4}),
-                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {1, 3})):
+                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 128}, {0, 1, 2, 3, 4, 5}),
+                                  ({"N_HORIZONS": 8, "HIDDEN_DIM": 512}, {1, 3, 5})):
             points = space.points(template)
             keys = [(p["LAYOUT"], *(p[k] for k in read[p["LAYOUT"]])) for p in points]
             assert len(keys) == len(set(keys)), space.kernel
             assert {p["LAYOUT"] for p in points} == layouts, space.kernel
+
+
+def test_layout_5_shared_memory_matches_the_kernels_layout() -> None:
+    """LAYOUT 5 at H=8, D=512, two slots of 16 keys (rows of 516 floats): the forward holds the
+    slots, 8 warps' partial scores (8 x 16 each), P (8 rows of 20) and two statistics a
+    horizon; the backward's slots also hold attn (8 x 20), beside G of two batch rows, the
+    partials, DS and c. The shared memory does not grow with K."""
+    template = {"N_HORIZONS": 8, "HIDDEN_DIM": 512}
+    for k in (1, 128, 65536):
+        point = FORWARD_SPACE.complete({"LAYOUT": 5, "BLOCK": 256, "STAGES": 2}, template)
+        assert FORWARD_SPACE.violated(point, template) is None
+        assert forward_shared_bytes(point, {**template, "K": k}) == 4 * (
+            2 * 16 * 516 + 8 * 8 * 16 + 8 * 20 + 2 * 8)
+        point = BACKWARD_SPACE.complete({"LAYOUT": 5, "BLOCK": 256, "STAGES": 2}, template)
+        assert backward_shared_bytes(point, {**template, "K": k}) == 4 * (
+            2 * (16 * 516 + 8 * 20) + 2 * 8 * 516 + 8 * 8 * 16 + 8 * 20 + 8)
 
 
 def test_layout_3_shared_memory_matches_the_kernels_layout() -> None:
