@@ -323,7 +323,10 @@ _LAYOUTS = {f"layout{n}": {"forward": {"LAYOUT": n}, "backward": {"LAYOUT": n}} 
     if not (name == "layout0" and shape[3] > 8192)] + [
     # LAYOUT 4 holds the whole row's 512 keys (the launch is checked there), and runs 2 of 256
     pytest.param({"forward": {"LAYOUT": 4}, "backward": {"LAYOUT": 4}}, 8, 64, 2, 512,
-                 id="layout4-512")])
+                 id="layout4-512"),
+    # LAYOUT 5 streams any K: 16 rows of 256 keys a batch row
+    pytest.param({"forward": {"LAYOUT": 5}, "backward": {"LAYOUT": 5}}, 8, 512, 2, 4096,
+                 id="layout5-4096")])
 @pytest.mark.parametrize("peaked", [False, True])
 def test_split_rows_match_the_reference_with_and_without_grad_attn(launch, h, d, b, k, peaked):
     """Split rows (16 of 256 keys, 16 of 375, 256 of 256) against float64, with grad_attn's

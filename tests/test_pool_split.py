@@ -87,15 +87,15 @@ def test_the_joins_compile_free_of_atomics_and_spills(h, d):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
-@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4, 5])
 @pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
 def test_the_layouts_compile_split_free_of_atomics_and_spills(kernel, layout):
     """Each layout compiled with SPLIT_COUNT (attn read and written in place, the batch row's
     grad_ctx and ctx, attn_dot), at its valid point nearest the default."""
     from pycuda_heads.verify.static_check import check_kernel
     spec = catalog()[kernel]
-    # LAYOUT 3 takes N_HORIZONS % 4 == 0; LAYOUT 4 is for many horizons
-    template = {"N_HORIZONS": 32 if layout == 4 else 4, "HIDDEN_DIM": 128}
+    # LAYOUT 3 takes N_HORIZONS % 4 == 0; LAYOUT 4 and 5 N_HORIZONS % 8 == 0
+    template = {"N_HORIZONS": 32 if layout in (4, 5) else 4, "HIDDEN_DIM": 128}
     params = spec.space.complete({"LAYOUT": layout}, template)
     report = check_kernel(spec, {**params, "SPLIT_COUNT": 16}, template=template)
     assert report.ok, report.problems()
