@@ -11,7 +11,7 @@
 # (at 45ae44d it timed l4-softmax-ilp against l4-softmax-ilp + l4-warp-fetch: probes/pool_wide/NOTES.md)
 # DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU);
 # QUICK=1 times each set at the shipped launches instead, untuned (probes/pool_l4_quick_ab.py,
-# a line a set into $OUT/quick_ab.txt, a few seconds a set).
+# a line a set into $OUT/quick_ab.txt, a few seconds a set; $SHAPE=H,D,B,K another shape's).
 set -uo pipefail
 out=${1:?usage: pool_l4_ab.sh OUT SET...}; shift
 table=pycuda_heads/tuned/nvidia-h200.json
@@ -25,7 +25,7 @@ for set in "$@"; do
         patch -s -p1 < "$f" || { echo "does not apply: $f" > "$dir/error.txt"; exit 1; }
     done
     if [[ -n ${QUICK:-} ]]; then
-        timeout 60 python probes/pool_l4_quick_ab.py "$set" >> "$out/quick_ab.txt" 2>&1
+        timeout 60 python probes/pool_l4_quick_ab.py "$set" ${SHAPE:+"$SHAPE"} >> "$out/quick_ab.txt" 2>&1
     elif [[ -z ${DRY:-} ]]; then
         cp "$table" "$dir/table.before.json"
         STEPS=tune TUNE_TASKS="pool.forward:$h32 pool.backward:$h32" \

@@ -2,9 +2,10 @@
 is (GPU), for a quick look at pending patch sets before their tuned A/B (`QUICK=1 bash
 probes/pool_l4_ab.sh OUT SET...` applies each set and runs this). The launches are the
 table's entries, given explicitly: a patched tree's entries are for other sources, which the
-op would not apply. Prints one line.
+op would not apply. Prints one line. Another shape's tuned launches (LAYOUT 5's at H=8, D=512)
+as H,D,B,K after the label.
 
-    python probes/pool_l4_quick_ab.py LABEL
+    python probes/pool_l4_quick_ab.py LABEL [H,D,B,K]
 """
 import json
 import sys
@@ -17,7 +18,7 @@ from pycuda_heads.core import device
 from pycuda_heads.core.tuned import table_dir
 from pycuda_heads.perf.timing import gpu_time_us
 
-H, D, B, K = 32, 128, 512, 64
+H, D, B, K = map(int, sys.argv[2].split(",")) if len(sys.argv) > 2 else (32, 128, 512, 64)
 LAUNCH = {e["kernel"].partition(".")[2]: e["params"]
           for e in json.loads((table_dir() / "nvidia-h200.json").read_text())["entries"]
           if e["kernel"].startswith("pool.") and e["template"] == {"N_HORIZONS": H, "HIDDEN_DIM": D}
