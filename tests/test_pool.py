@@ -277,6 +277,35 @@ def test_layout_5_matches_reference(template, shape, params, kernel):
     _assert_layout_passes(5, kernel, template, shape, params)
 
 
+@pytest.mark.parametrize("k", [70, 9])
+def test_layout_5_walks_rows_after_rows(k):
+    """GRID 1: a block takes several rows one after another, the ring running on between them
+    (the backward's G rows of two batch rows at once; without ctx each row's slots are visited
+    twice); K=9 is one slot, fewer than STAGES - 1. Both passes match float64 and rerun bitwise."""
+    rng = np.random.default_rng(k)
+    h, d, b = 8, 128, 400
+    q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
+    gc, ga = rng.standard_normal((b, h, d), dtype=F32), rng.standard_normal((b, h, k), dtype=F32)
+    point = {"LAYOUT": 5, "BLOCK": 256, "STAGES": 4, "GRID": 1}
+    pool = ph.PerHorizonAttentionPool(h, d, launch={"forward": point, "backward": point})
+    ctx, attn = pool.forward(q, ln)
+    assert pool.plan("forward", {"B": b, "K": k}, None).grid[0] < b  # rows after rows
+    rctx, rattn = ref.pool_forward(q, ln)
+    fctx, fattn = ref.pool_forward(q, ln, dtype=F32)
+    for got, want, f32 in ((ctx, rctx, fctx), (attn, rattn, fattn)):
+        tol = 8 * np.abs(f32 - want).max() + 1e-6 * np.abs(want).max()
+        np.testing.assert_allclose(got.get(), want, rtol=0, atol=tol)
+    rq, rln = ref.pool_backward(q, ln, attn.get(), gc, grad_attn=ga)
+    for given in (ctx, None):
+        gq, gln = pool.backward(q, ln, attn, gc, given, grad_attn=ga)
+        assert pool.chosen["backward"]["params"]["LAYOUT"] == 5
+        np.testing.assert_allclose(gq.get(), rq, rtol=1e-4, atol=1e-4 * np.abs(rq).max())
+        np.testing.assert_allclose(gln.get(), rln, rtol=1e-4, atol=1e-4 * np.abs(rln).max())
+        gq2, gln2 = pool.backward(q, ln, attn, gc, given, grad_attn=ga)
+        assert gq2.get().tobytes() == gq.get().tobytes()
+        assert gln2.get().tobytes() == gln.get().tobytes()
+
+
 def test_keys_beyond_the_range_raise_before_launch():
     pool = ph.PerHorizonAttentionPool(1, 4)
     with pytest.raises(ValueError, match="K must be at most 65536"):
