@@ -307,8 +307,8 @@ def test_tries_follow_the_shipped_point_where_their_knobs_and_values_fit(monkeyp
 
     wide = TuningTask.from_spec(spec, {"B": 512, "K": 64}, "Toy GPU", "toy-gpu",
                                 {"N_HORIZONS": 32, "HIDDEN_DIM": 128}, tries=tries)
-    # at H=32 the STAGES tries of 2 and 3 find LAYOUT 5 (the ring's only other reader at that
-    # width), 6 and 8 nothing; the LAYOUT 3 try follows them
+    # at H=32 the STAGES tries of 2 and 3 find LAYOUT 5 (the one layout there that reads
+    # STAGES), 6 and 8 nothing; the LAYOUT 3 try follows them
     assert [t["LAYOUT"] for t in wide.tried[:2]] == [5, 5]
     assert [t["STAGES"] for t in wide.tried[:2]] == [2, 3]
     assert {"LAYOUT": 3, "BLOCK": 256, "CHUNK": 8192}.items() <= wide.tried[2].items()
