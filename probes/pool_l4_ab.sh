@@ -9,7 +9,8 @@
 # replays them and times nothing anew).
 #   source .gpu/env.sh && bash probes/pool_l4_ab.sh $OUT "patch-a" "patch-a patch-b"
 # (at 45ae44d it timed l4-softmax-ilp against l4-softmax-ilp + l4-warp-fetch: probes/pool_wide/NOTES.md)
-# DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU);
+# DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU); a set
+# that does not apply is noted in its folder's error.txt and left out;
 # QUICK=1 times each set at the shipped launches instead, untuned (probes/pool_l4_quick_ab.py,
 # a line a set into $OUT/quick_ab.txt, a few seconds a set; $SHAPE=H,D,B,K another shape's).
 set -uo pipefail
@@ -21,9 +22,17 @@ for set in "$@"; do
     n=$((n + 1)); dir="$out/set$n"; mkdir -p "$dir"; echo "$set" > "$dir/set.txt"
     files=()
     for name in $set; do files+=(probes/pending/"$name"/*.patch); done
+    applied=()  # a set that does not apply is taken back and left out; the next set still runs
     for f in "${files[@]}"; do
-        patch -s -p1 < "$f" || { echo "does not apply: $f" > "$dir/error.txt"; exit 1; }
+        if ! patch -s -p1 --dry-run < "$f" > /dev/null; then
+            echo "does not apply: $f" > "$dir/error.txt"; break
+        fi
+        patch -s -p1 --no-backup-if-mismatch < "$f"; applied+=("$f")
     done
+    if [[ -f $dir/error.txt ]]; then
+        for ((i = ${#applied[@]} - 1; i >= 0; i--)); do patch -s -R -p1 --no-backup-if-mismatch < "${applied[i]}"; done
+        continue
+    fi
     if [[ -n ${QUICK:-} ]]; then
         timeout 60 python probes/pool_l4_quick_ab.py "$set" ${SHAPE:+"$SHAPE"} >> "$out/quick_ab.txt" 2>&1
     elif [[ -z ${DRY:-} ]]; then
@@ -33,5 +42,5 @@ for set in "$@"; do
             bash probes/gpu_round.sh "$dir" "pending:${set// /+}"
         mv "$dir/table.before.json" "$table"
     fi
-    for ((i = ${#files[@]} - 1; i >= 0; i--)); do patch -s -R -p1 < "${files[i]}"; done
+    for ((i = ${#files[@]} - 1; i >= 0; i--)); do patch -s -R -p1 --no-backup-if-mismatch < "${files[i]}"; done
 done
