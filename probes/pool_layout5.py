@@ -4,8 +4,11 @@ pass over its own points, the other pass at its shipped launch. Each point's out
 compared with the shipped launch's (max abs difference over the largest value), so a wrong
 point shows at once. One JSON line a point; the record into $1.
 
-    source .gpu/env.sh && python probes/pool_layout5.py $OUT/pool_layout5.json \
-        [--roles forward,backward] [--shapes 8,512,1024,128 ...]
+    source .gpu/env.sh && PYCUDA_HEADS_COMMIT=<commit> python probes/pool_layout5.py \
+        $OUT/pool_layout5.json [--roles forward,backward] [--shapes 8,512,1024,128 ...]
+
+(the device's copy of .git can be stale: the commit named in the environment goes into the
+record; `--roles ""` times the shipped launches alone)
 """
 from __future__ import annotations
 
@@ -95,4 +98,5 @@ if __name__ == "__main__":
     ap.add_argument("--roles", default="forward,backward")
     ap.add_argument("--shapes", nargs="*", default=[",".join(map(str, s)) for s in SHAPES])
     a = ap.parse_args()
-    main(a.out, a.roles.split(","), [tuple(map(int, s.split(","))) for s in a.shapes])
+    main(a.out, [r for r in a.roles.split(",") if r],
+         [tuple(map(int, s.split(","))) for s in a.shapes])
