@@ -74,7 +74,8 @@ def main(out: str, shapes: tuple[tuple[int, int, int, int], ...]) -> None:
                 for name, fn in parts.items()}
         floor = {"forward": 4 * (b * k * D + b * H * k + b * H * D) / bandwidth / 1e3,
                  "backward": 4 * (2 * b * k * D + b * H * k + 2 * b * H * D) / bandwidth / 1e3}
-        entry = {"H": H, "D": D, "B": b, "K": k, "blocks": blocks, "params": pool.chosen["backward"]["params"],
+        entry = {"H": H, "D": D, "B": b, "K": k, "blocks": blocks,
+                 "params": pool.chosen["backward"]["params"],
                  "floor_us": {n: round(v, 2) for n, v in floor.items()},
                  "warm_us": warm, "after_flush_us": cold}
         record["shapes"].append(entry)

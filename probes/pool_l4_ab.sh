@@ -30,10 +30,8 @@ for set in "$@"; do
         patch -s -p1 --no-backup-if-mismatch < "$f"; applied+=("$f")
     done
     if [[ -f $dir/error.txt ]]; then
-        for ((i = ${#applied[@]} - 1; i >= 0; i--)); do patch -s -R -p1 --no-backup-if-mismatch < "${applied[i]}"; done
-        continue
-    fi
-    if [[ -n ${QUICK:-} ]]; then
+        :  # left out: nothing to time
+    elif [[ -n ${QUICK:-} ]]; then
         timeout 60 python probes/pool_l4_quick_ab.py "$set" ${SHAPE:+"$SHAPE"} >> "$out/quick_ab.txt" 2>&1
     elif [[ -z ${DRY:-} ]]; then
         cp "$table" "$dir/table.before.json"
@@ -42,5 +40,7 @@ for set in "$@"; do
             bash probes/gpu_round.sh "$dir" "pending:${set// /+}"
         mv "$dir/table.before.json" "$table"
     fi
-    for ((i = ${#files[@]} - 1; i >= 0; i--)); do patch -s -R -p1 --no-backup-if-mismatch < "${files[i]}"; done
+    for ((i = ${#applied[@]} - 1; i >= 0; i--)); do
+        patch -s -R -p1 --no-backup-if-mismatch < "${applied[i]}"
+    done
 done

@@ -7,22 +7,18 @@ as H,D,B,K after the label.
 
     python probes/pool_l4_quick_ab.py LABEL [H,D,B,K]
 """
-import json
 import sys
 
 import numpy as np
 import pycuda.gpuarray as ga
+from pool_layout5 import shipped  # probes/ is this script's folder
 
 import pycuda_heads as ph
 from pycuda_heads.core import device
-from pycuda_heads.core.tuned import table_dir
 from pycuda_heads.perf.timing import gpu_time_us
 
 H, D, B, K = map(int, sys.argv[2].split(",")) if len(sys.argv) > 2 else (32, 128, 512, 64)
-LAUNCH = {e["kernel"].partition(".")[2]: e["params"]
-          for e in json.loads((table_dir() / "nvidia-h200.json").read_text())["entries"]
-          if e["kernel"].startswith("pool.") and e["template"] == {"N_HORIZONS": H, "HIDDEN_DIM": D}
-          and e["shape"] == {"B": B, "K": K}}
+LAUNCH = shipped(H, D, B, K)
 
 device.cuda()  # the context, before the first allocation (the op makes it on construction)
 rng = np.random.default_rng(0)

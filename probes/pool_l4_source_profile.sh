@@ -3,7 +3,7 @@
 # Compute's full set over the forward and the backward once each (probes/pool_profile.py at
 # H=32, D=128, B=512, K=64), its source view as SASS with each instruction's executions and
 # stall samples, and the sections' details; into $1/srcprof.tgz. $SHAPE (H,D,B,K) profiles
-# another shape's tuned launches the same way (8,512,1024,128: LAYOUT 3 at the wide head).
+# another shape's tuned launches the same way (8,512,1024,128: LAYOUT 5 at the wide head).
 #   source .gpu/env.sh && bash probes/pool_l4_source_profile.sh $OUT
 set -uo pipefail
 out=${1:?usage: pool_l4_source_profile.sh OUT}

@@ -40,6 +40,8 @@ POINTS = {
 
 
 def shipped(h: int, d: int, b: int, k: int) -> dict:
+    """The pool's shipped launches at a shape, by role, given explicitly (a patched tree's
+    table entries are for other sources, which the op would not apply)."""
     entries = json.loads((table_dir() / "nvidia-h200.json").read_text())["entries"]
     return {e["kernel"].partition(".")[2]: e["params"] for e in entries
             if e["kernel"].startswith("pool.") and e["shape"] == {"B": b, "K": k}
@@ -58,7 +60,8 @@ def main(out: str, roles: list[str], shapes: list[tuple[int, ...]]) -> None:
     for h, d, b, k in shapes:
         q, ln, gc = (ga.to_gpu(rng.standard_normal(s, dtype=np.float32))
                      for s in ((h, d), (b, k, d), (b, h, d)))
-        base = ph.PerHorizonAttentionPool(h, d, launch=shipped(h, d, b, k))
+        launch = shipped(h, d, b, k)
+        base = ph.PerHorizonAttentionPool(h, d, launch=launch)
         ctx0, attn0 = base.forward(q, ln)
         gq0, gln0 = base.backward(q, ln, attn0, gc, ctx0)
         runs = [("both", "shipped", base)]
@@ -68,7 +71,7 @@ def main(out: str, roles: list[str], shapes: list[tuple[int, ...]]) -> None:
                     runs.append((role, json.dumps({n: p[n] for n in ("BLOCK", "STAGES",
                                                                      "MIN_BLOCKS", "GRID")}),
                                  ph.PerHorizonAttentionPool(
-                                     h, d, launch={**shipped(h, d, b, k), role: p})))
+                                     h, d, launch={**launch, role: p})))
                 except ValueError as e:  # a point the shape does not allow
                     print(f"skip {role} {p}: {e}", flush=True)
         for role, name, pool in runs:

@@ -306,8 +306,8 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
                              f"\n  {r['kernel']} {r['template']} {r['params']}" for r in unequal))
     check_installed(proof, installed)
     old, new = proof["base"]["source_hash"], proof["head"]["source_hash"]
-    key = variant_key
-    proven, equal = {key(r) for r in rows}, {key(r) for r in rows if r.get("equal")}
+    proven = {variant_key(r) for r in rows}
+    equal = {variant_key(r) for r in rows if r.get("equal")}
     paths = sorted(tables if tables is not None else table_dir().glob("*.json"))
     changed: dict[Path, dict[str, Any]] = {}
     counts: dict[str, int] = {}
@@ -315,12 +315,12 @@ def restamp(family: str, proof: Mapping[str, Any], tables: Iterable[Path] | None
         table = json.loads(path.read_text())
         mine = [e for e in table.get("entries", ())
                 if e["kernel"].partition(".")[0] == family and e.get("source_hash") == old]
-        missing = [e for e in mine if key(e) not in proven]
+        missing = [e for e in mine if variant_key(e) not in proven]
         if missing:
             raise ProofError(f"{path.name}: {len(missing)} {family} entries are not in the "
                              "proof" + "".join(f"\n  {e['kernel']} {e['shape']} {e['params']}"
                                                for e in missing))
-        mine = [e for e in mine if key(e) in equal]
+        mine = [e for e in mine if variant_key(e) in equal]
         for e in mine:
             e["source_hash"] = new
         if mine:
