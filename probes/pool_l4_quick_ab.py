@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pycuda.gpuarray as ga
-from pool_layout5 import shipped  # probes/ is this script's folder
+from pool_shipped import shipped  # probes/ is this script's folder
 
 import pycuda_heads as ph
 from pycuda_heads.core import device

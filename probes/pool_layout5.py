@@ -22,9 +22,9 @@ import pycuda.gpuarray as ga
 
 import pycuda_heads as ph
 from pycuda_heads.core import device
-from pycuda_heads.core.tuned import table_dir
 from pycuda_heads.perf.timing import gpu_time_us
 from pycuda_heads.records import git_state
+from pool_shipped import shipped  # probes/ is this script's folder
 
 SHAPES = ((8, 512, 1024, 128), (32, 128, 512, 64))
 _KNOBS = {"VEC": 4, "UNROLL": 1, "LAYOUT": 5, "GROUP": 32, "TEAMS": 1, "GROUP_KEYS": 1,
@@ -37,15 +37,6 @@ POINTS = {
     "backward": [{**_KNOBS, "BLOCK": bl, "STAGES": st, "MIN_BLOCKS": mb, "GRID": gr}
                  for bl, st, mb, gr in itertools.product((256, 512), (2, 3), (0, 2, 3), (0, 2, 3))
                  if bl * mb <= 1024]}
-
-
-def shipped(h: int, d: int, b: int, k: int) -> dict:
-    """The pool's shipped launches at a shape, by role, given explicitly (a patched tree's
-    table entries are for other sources, which the op would not apply)."""
-    entries = json.loads((table_dir() / "nvidia-h200.json").read_text())["entries"]
-    return {e["kernel"].partition(".")[2]: e["params"] for e in entries
-            if e["kernel"].startswith("pool.") and e["shape"] == {"B": b, "K": k}
-            and e["template"] == {"N_HORIZONS": h, "HIDDEN_DIM": d}}
 
 
 def rel(a, b) -> float:

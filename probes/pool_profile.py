@@ -1,7 +1,7 @@
 """The pool's tuned launches at the suite shapes still short of the issue's bars, once each, for
 Nsight Compute (GPU): forward and backward (given ctx) per shape, every kernel they launch
-(joins and reduce included). ncu replays each kernel with its caches flushed, so no warm-up
-is needed. Run it as the GPU round's `profile` step does:
+(joins and reduce included), the launches given explicitly, so that a patched tree runs them
+too. ncu replays each kernel with its caches flushed, so no warm-up is needed. Run it as the GPU round's `profile` step does:
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis --csv \
@@ -16,6 +16,7 @@ import numpy as np
 import pycuda.gpuarray as ga
 
 import pycuda_heads as ph
+from pool_shipped import shipped  # probes/ is this script's folder
 
 # (N_HORIZONS, HIDDEN_DIM, B, K) of the pool suite below 75% of the floor (H=32: 3x compile)
 SHAPES = [(32, 128, 512, 64), (8, 512, 1024, 128), (2, 1024, 256, 64), (5, 128, 1024, 128),
@@ -26,7 +27,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     shapes = [tuple(int(v) for v in a.split(",")) for a in sys.argv[1:]] or SHAPES
     for h, d, b, k in shapes:
-        pool = ph.PerHorizonAttentionPool(h, d)
+        pool = ph.PerHorizonAttentionPool(h, d, launch=shipped(h, d, b, k))
         q, ln, gc = (ga.to_gpu(rng.standard_normal(shape, dtype=np.float32))
                      for shape in ((h, d), (b, k, d), (b, h, d)))
         ctx, attn = pool.forward(q, ln)
