@@ -1,7 +1,8 @@
 """The pool's tuned launches at the suite shapes still short of the issue's bars, once each, for
 Nsight Compute (GPU): forward and backward (given ctx) per shape, every kernel they launch
 (joins and reduce included), the launches given explicitly, so that a patched tree runs them
-too. ncu replays each kernel with its caches flushed, so no warm-up is needed. Run it as the GPU round's `profile` step does:
+too. ncu replays each kernel with its caches flushed, so no warm-up is needed. Run it as the
+GPU round's `profile` step does:
 
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis --csv \
