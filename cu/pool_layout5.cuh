@@ -7,7 +7,7 @@
 //                                      raw scores to attn (normalised at the row's end)
 //             ctx^T [D x H] += LN^T . P^T   a warp its D / NWARPS columns, rescaled as the max moves
 //   backward  DW^T [KC x H] = LN . G^T (split D as above); DS = scale * A * (DW + GA - c)
-//             grad_ln [KC x D] = A^T . G + DS^T . Q   items of 16 keys x 8 L4_GN columns
+//             grad_ln [KC x D] = A^T . G + DS^T . Q   items of 16 keys x 8 L5_GN columns
 //             GQ^T [D x H] += LN^T . DS^T             over all the block's rows, gq_scratch[block]
 //   c = grad_ctx . ctx (+ sum_k attn * grad_attn); without ctx a first pass over the row's slots
 //   sums it from DW, so that row's slots are visited twice.
@@ -20,27 +20,56 @@ static_assert(N_HORIZONS % 8 == 0 && HIDDEN_DIM % (16 * NWARPS) == 0, "LAYOUT 5:
 #define L5_HW ((N_HORIZONS + NWARPS - 1) / NWARPS)  // a warp's horizons in the softmax
 #define L5_GN 4                             // grad_ln's n8 tiles of columns an item
 
-// Keys [k0, k0 + L5_KC) of a row's ln (zeros past K) into a slot, L5_LDW floats a key.
+// Keys [k0, k0 + L5_KC) of a row's ln (zeros past K) into a slot, L5_LDW floats a key. Where a
+// key's float4s divide the block, a thread's copies share one column, rows BLOCK / (D / 4)
+// apart: its addresses are one base and constant offsets.
 __device__ __forceinline__ void l5_fetch_keys(float* dst, const float* __restrict__ lnb,
                                               const int k0, const int K)
 {
-    for (int e = threadIdx.x; e < L5_KC * (HIDDEN_DIM / 4); e += BLOCK) {
-        const int r = e / (HIDDEN_DIM / 4), c = e % (HIDDEN_DIM / 4) * 4;
-        const bool valid = k0 + r < K;
-        copy_async<16>(dst + r * L5_LDW + c,
-                       valid ? lnb + (size_t)(k0 + r) * HIDDEN_DIM + c : lnb, valid);
+    constexpr int f4 = HIDDEN_DIM / 4, n = L5_KC * f4;
+    if constexpr (BLOCK % f4 == 0) {
+        constexpr int rs = BLOCK / f4;
+        const int r0 = threadIdx.x / f4, c = threadIdx.x % f4 * 4;
+        const float* src = lnb + (size_t)(k0 + r0) * HIDDEN_DIM + c;
+        float* d = dst + r0 * L5_LDW + c;
+        const int left = K - k0 - r0;  // this thread's rows i rs below K: i rs < left
+#pragma unroll
+        for (int i = 0; i < (n + BLOCK - 1) / BLOCK; ++i) {
+            if (n % BLOCK != 0 && r0 + i * rs >= L5_KC) break;
+            const bool valid = i * rs < left;
+            copy_async<16>(d + i * rs * L5_LDW, valid ? src + (size_t)i * rs * HIDDEN_DIM : lnb,
+                           valid);
+        }
+    } else {
+        for (int e = threadIdx.x; e < n; e += BLOCK) {
+            const int r = e / f4, c = e % f4 * 4;
+            const bool valid = k0 + r < K;
+            copy_async<16>(dst + r * L5_LDW + c,
+                           valid ? lnb + (size_t)(k0 + r) * HIDDEN_DIM + c : lnb, valid);
+        }
     }
 }
 
-// Slot v of the block's sequence of (row, chunk) visits (vpr a row) lands after
-// `cp.async.wait_group STAGES - 2` at visit v: every visit commits one group, empty past the end.
-struct L5Visit {
-    int b, rem;  // the batch row, and the visit's place among the row's vpr visits
-};
-__device__ __forceinline__ L5Visit l5_visit(const int v, const int vpr)
+// The rows this block takes: blockIdx.x, then gridDim.x apart, below B.
+__device__ __forceinline__ int l5_rows(const int B)
 {
-    return {(int)blockIdx.x + v / vpr * (int)gridDim.x, v % vpr};
+    return B > (int)blockIdx.x ? (B - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
 }
+
+// A place in the block's sequence of (row, visit) pairs, vpr visits a row: stepped, not
+// divided, so that a slot costs no integer division. Slot v lands after `cp.async.wait_group
+// STAGES - 2` at visit v: every visit commits one group, empty past the end.
+struct L5Cursor {
+    int b, rem, row;  // the batch row, the visit's place among its row's, the block's row count
+    __device__ __forceinline__ void step(const int vpr)
+    {
+        if (++rem == vpr) {
+            rem = 0;
+            b += gridDim.x;
+            ++row;
+        }
+    }
+};
 
 // The scores' partial sums of the slot ls: warp w's slice of D, every horizon (rows of x ldx
 // apart), into sp[w][h][key].
@@ -64,6 +93,58 @@ __device__ __forceinline__ float l5_score(const float* sp, const int h, const in
     return s;
 }
 
+// The forward's q as the scores' B fragments of warp w's slice of D, split once a kernel (q is
+// the same for every slot): L5_QF registers a lane, where they fit (else q through L1).
+#define L5_QF (L5_DS / 8 * L5_NT * 4)
+struct L5Queries {
+    unsigned big[L5_DS / 8][L5_NT][2], small[L5_DS / 8][L5_NT][2];
+};
+__device__ __forceinline__ void l5_load_queries(L5Queries& qf, const float* __restrict__ q_h)
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const float* qw = q_h + threadIdx.x / 32 * L5_DS;
+#pragma unroll
+    for (int ks = 0; ks < L5_DS / 8; ++ks)
+#pragma unroll
+        for (int j = 0; j < L5_NT; ++j) {
+            const float2 v = tf32_pair<false>(qw, HIDDEN_DIM, 8 * j + g, 8 * ks + 2 * t);
+            tf32_split(v.x, qf.big[ks][j][0], qf.small[ks][j][0]);
+            tf32_split(v.y, qf.big[ks][j][1], qf.small[ks][j][1]);
+        }
+}
+
+// l5_partial_scores with q's fragments from registers (the same order of products and sums)
+__device__ __forceinline__ void l5_partial_scores_q(float* sp, const float* ls,
+                                                    const L5Queries& qf)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d0 = warp * L5_DS;
+    const int g = lane / 4, t = lane % 4;
+    float acc[2][L5_NT][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < L5_DS / 8; ++ks) {
+        unsigned a_big[4], a_small[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float2 v = tf32_pair<false>(ls + d0, L5_LDW, g + 8 * h, 8 * ks + 2 * t);
+            tf32_split(v.x, a_big[h], a_small[h]);
+            tf32_split(v.y, a_big[h + 2], a_small[h + 2]);
+        }
+        float(&c)[L5_NT][4] = acc[ks % 2];
+#pragma unroll
+        for (int j = 0; j < L5_NT; ++j) tf32_mma(c[j], a_small, qf.big[ks][j]);
+#pragma unroll
+        for (int j = 0; j < L5_NT; ++j) tf32_mma(c[j], a_big, qf.small[ks][j]);
+#pragma unroll
+        for (int j = 0; j < L5_NT; ++j) tf32_mma(c[j], a_big, qf.big[ks][j]);
+    }
+    float* spw = sp + warp * N_HORIZONS * L5_KC;
+#pragma unroll
+    for (int j = 0; j < L5_NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            spw[(8 * j + 2 * t + e % 2) * L5_KC + g + 8 * (e / 2)] = acc[0][j][e] + acc[1][j][e];
+}
+
 // Dynamic shared memory (floats): the ring [STAGES][L5_KC][L5_LDW], the partial scores
 // [NWARPS][N_HORIZONS][L5_KC], P [N_HORIZONS][L5_LDK], each horizon's rescale and (at a row's
 // end) sum [2][N_HORIZONS].
@@ -77,13 +158,14 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
     const int d0 = warp * 16 * L5_CM;
     const float to_log2 = scale * LOG2E;
     const int nch = (K + L5_KC - 1) / L5_KC;
-    const int rows = B > (int)blockIdx.x ? (B - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int rows = l5_rows(B);
     const int visits = rows * nch;
+    L5Cursor at{(int)blockIdx.x, 0, 0}, next = at;  // visit v's, and the next to fetch
     auto fetch = [&](int v) {
         if (v < visits) {
-            const L5Visit at = l5_visit(v, nch);
-            l5_fetch_keys(ring + v % STAGES * L5_FSLOT, ln + (size_t)at.b * K * HIDDEN_DIM,
-                          at.rem * L5_KC, K);
+            l5_fetch_keys(ring + v % STAGES * L5_FSLOT, ln + (size_t)next.b * K * HIDDEN_DIM,
+                          next.rem * L5_KC, K);
+            next.step(nch);
         }
         copy_commit();
     };
@@ -91,8 +173,9 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 
     float top[L5_HW], sum[L5_HW];  // the warp's horizons warp + j NWARPS
     float acc[L5_CM][L5_NT][4];
-    for (int v = 0; v < visits; ++v) {
-        const L5Visit at = l5_visit(v, nch);
+    L5Queries qf;
+    if constexpr (L5_QF <= 32) l5_load_queries(qf, q_h);
+    for (int v = 0; v < visits; v++, at.step(nch)) {
         const int k0 = at.rem * L5_KC;
         asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
         __syncthreads();  // slot v is in; every warp is done with visit v - 1
@@ -106,7 +189,10 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
             }
             tf32_zero(acc);
         }
-        l5_partial_scores(sp, ls, q_h, HIDDEN_DIM);
+        if constexpr (L5_QF <= 32)
+            l5_partial_scores_q(sp, ls, qf);
+        else
+            l5_partial_scores(sp, ls, q_h, HIDDEN_DIM);
         __syncthreads();
         float* attnb = attn + ATTN_ROW(at.b);
         const bool last = at.rem == nch - 1;
@@ -152,6 +238,20 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
     }
 }
 
+// grad_ln's q operand: the B fragments of a warp's items (columns it * 8 L5_GN on, items it =
+// warp + i NWARPS), raw, L5_QB floats a lane. q is the same for every slot, so where they fit
+// they are loaded once a kernel, not through L1 every slot.
+#define L5_ITEMS (HIDDEN_DIM / (8 * L5_GN))
+#define L5_WITEMS ((L5_ITEMS + NWARPS - 1) / NWARPS)
+#define L5_QB (L5_WITEMS * (N_HORIZONS / 8) * L5_GN * 2)
+__device__ __forceinline__ float2 l5_q_frag(const float* __restrict__ q_h, const int it,
+                                            const int ks, const int j)
+{
+    const int lane = threadIdx.x % 32;
+    return tf32_pair<true>(q_h + it * 8 * L5_GN, HIDDEN_DIM, 8 * j + lane / 4,
+                           8 * ks + 2 * (lane % 4));
+}
+
 // Dynamic shared memory (floats): the ring [STAGES] of slots (ln [L5_KC][L5_LDW], then attn
 // [N_HORIZONS][L5_LDK]); the G rows of two batch rows [2][N_HORIZONS][L5_LDW]; the partial
 // products [NWARPS][N_HORIZONS][L5_KC]; DS [N_HORIZONS][L5_LDK]; c [N_HORIZONS]. q through L1,
@@ -165,32 +265,46 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
     float *cst = ds + N_HORIZONS * L5_LDK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int d0 = warp * 16 * L5_CM;
-    constexpr int items = HIDDEN_DIM / (8 * L5_GN);
     const int nch = (K + L5_KC - 1) / L5_KC;
     const int passes = ctx ? 1 : 2;  // without ctx, a first pass over the slots forms c
     const int vpr = passes * nch;
-    const int rows = B > (int)blockIdx.x ? (B - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int rows = l5_rows(B);
     const int visits = rows * vpr;
+    L5Cursor at{(int)blockIdx.x, 0, 0}, next = at;  // visit v's, and the next to fetch
+    // attn's rows start 16-byte aligned where K is a multiple of 4 and attn is
+    const bool attn16 = K % 4 == 0 && reinterpret_cast<size_t>(attn) % 16 == 0;
     auto fetch = [&](int v) {
         if (v < visits) {
-            const L5Visit at = l5_visit(v, vpr);
-            const int k0 = at.rem % nch * L5_KC;
+            const int k0 = (next.rem < nch ? next.rem : next.rem - nch) * L5_KC;
             float* slot = ring + v % STAGES * L5_BSLOT;
-            l5_fetch_keys(slot, ln + (size_t)at.b * K * HIDDEN_DIM, k0, K);
-            const float* attnb = attn + ATTN_ROW(at.b);
-            for (int e = threadIdx.x; e < N_HORIZONS * L5_KC; e += BLOCK) {
-                const int h = e / L5_KC, k = k0 + e % L5_KC;
-                copy_async<4>(slot + L5_FSLOT + h * L5_LDK + e % L5_KC,
-                              k < K ? attnb + (size_t)h * ATTN_STRIDE + k : attnb, k < K);
+            l5_fetch_keys(slot, ln + (size_t)next.b * K * HIDDEN_DIM, k0, K);
+            const float* attnb = attn + ATTN_ROW(next.b);
+            if (attn16) {  // a horizon's keys of the slot as 16-byte copies
+                for (int e = threadIdx.x; e < N_HORIZONS * (L5_KC / 4); e += BLOCK) {
+                    const int h = e / (L5_KC / 4), m = e % (L5_KC / 4) * 4, k = k0 + m;
+                    copy_async<16>(slot + L5_FSLOT + h * L5_LDK + m,
+                                   k < K ? attnb + (size_t)h * ATTN_STRIDE + k : attnb, k < K);
+                }
+            } else {
+                for (int e = threadIdx.x; e < N_HORIZONS * L5_KC; e += BLOCK) {
+                    const int h = e / L5_KC, k = k0 + e % L5_KC;
+                    copy_async<4>(slot + L5_FSLOT + h * L5_LDK + e % L5_KC,
+                                  k < K ? attnb + (size_t)h * ATTN_STRIDE + k : attnb, k < K);
+                }
             }
-            if (at.rem == 0) {  // the row's G, beside the previous row's
-                const float* gcb = grad_ctx + (size_t)BATCH_ROW(at.b) * N_HORIZONS * HIDDEN_DIM;
-                float* gs = gs2 + v / vpr % 2 * N_HORIZONS * L5_LDW;
+            if (next.rem == 0) {  // the row's G, beside the previous row's
+                const float* gcb = grad_ctx + (size_t)BATCH_ROW(next.b) * N_HORIZONS * HIDDEN_DIM;
+                if (ctx)  // its ctx into L2, where the row's first visit reads it for c
+                    for (int e = threadIdx.x; e < N_HORIZONS * HIDDEN_DIM / 32; e += BLOCK)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                            ctx + (size_t)BATCH_ROW(next.b) * N_HORIZONS * HIDDEN_DIM + e * 32));
+                float* gs = gs2 + next.row % 2 * N_HORIZONS * L5_LDW;
                 for (int e = threadIdx.x; e < N_HORIZONS * (HIDDEN_DIM / 4); e += BLOCK) {
                     const int r = e / (HIDDEN_DIM / 4), c = e % (HIDDEN_DIM / 4) * 4;
                     copy_async<16>(gs + r * L5_LDW + c, gcb + (size_t)r * HIDDEN_DIM + c, true);
                 }
             }
+            next.step(vpr);
         }
         copy_commit();
     };
@@ -199,11 +313,23 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
     const int ahead = min(STAGES - 1, nch);
     for (int v = 0; v < ahead; ++v) fetch(v);
 
+    constexpr bool q_regs = L5_QB <= 16;
+    float2 qb[q_regs ? L5_WITEMS : 1][N_HORIZONS / 8][L5_GN];
+    if constexpr (q_regs) {
+#pragma unroll
+        for (int i = 0; i < L5_WITEMS; ++i)
+#pragma unroll
+            for (int ks = 0; ks < N_HORIZONS / 8; ++ks)
+#pragma unroll
+                for (int j = 0; j < L5_GN; ++j)
+                    qb[i][ks][j] = warp + i * NWARPS < L5_ITEMS
+                                       ? l5_q_frag(q_h, warp + i * NWARPS, ks, j)
+                                       : make_float2(0.f, 0.f);
+    }
     float gq[L5_CM][L5_NT][4];
     tf32_zero(gq);
-    for (int v = 0; v < visits; ++v) {
-        const L5Visit at = l5_visit(v, vpr);
-        const int k0 = at.rem % nch * L5_KC;
+    for (int v = 0; v < visits; v++, at.step(vpr)) {
+        const int k0 = (at.rem < nch ? at.rem : at.rem - nch) * L5_KC;
         const bool forming = at.rem < (passes - 1) * nch;  // the first pass without ctx
         if (ahead == STAGES - 1)
             asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
@@ -213,7 +339,7 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
         fetch(v + ahead);
         const float* ls = ring + v % STAGES * L5_BSLOT;
         const float* as = ls + L5_FSLOT;
-        const float* gs = gs2 + v / vpr % 2 * N_HORIZONS * L5_LDW;
+        const float* gs = gs2 + at.row % 2 * N_HORIZONS * L5_LDW;
         const float* gab = grad_attn ? grad_attn + ATTN_ROW(at.b) : nullptr;
         if (at.rem == 0) {  // c from ctx, or zero for the first pass to sum
 #pragma unroll
@@ -223,6 +349,7 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
                 float c = 0.f;
                 if (ctx) {
                     const float* cb = ctx + ((size_t)BATCH_ROW(at.b) * N_HORIZONS + h) * HIDDEN_DIM;
+#pragma unroll  // every load in flight at once
                     for (int d = lane; d < HIDDEN_DIM; d += 32)
                         c = fmaf(gs[h * L5_LDW + d], cb[d], c);
 #if SPLIT_COUNT == 1
@@ -263,12 +390,21 @@ extern "C" __global__ void POOL_BOUNDS pool_backward(POOL_BACKWARD_PARAMS)
         }
         __syncthreads();
         float* glb = grad_ln + (size_t)at.b * K * HIDDEN_DIM;
-        for (int it = warp; it < items; it += NWARPS) {
-            const int n0 = it * 8 * L5_GN;
+#pragma unroll
+        for (int i = 0; i < L5_WITEMS; ++i) {
+            const int it = warp + i * NWARPS, n0 = it * 8 * L5_GN;
+            if (it >= L5_ITEMS) break;
             float acc[1][L5_GN][4];
             tf32_zero(acc);
             tf32_gemm<1, L5_GN, N_HORIZONS / 8, true, true>(acc, as, L5_LDK, gs + n0, L5_LDW);
-            tf32_gemm<1, L5_GN, N_HORIZONS / 8, true, true>(acc, ds, L5_LDK, q_h + n0, HIDDEN_DIM);
+#pragma unroll
+            for (int ks = 0; ks < N_HORIZONS / 8; ++ks)
+                tf32_step<1, L5_GN, true>(acc, ds, L5_LDK, 8 * ks, [&](int j) {
+                    if constexpr (q_regs)
+                        return qb[i][ks][j];
+                    else
+                        return l5_q_frag(q_h, it, ks, j);
+                });
             // a lane's pairs of columns (8 j + 2 t) at rows g and g + 8: one 8-byte store each
             const int g = lane / 4, t = lane % 4;
 #pragma unroll

@@ -29,47 +29,57 @@ __device__ __forceinline__ float2 tf32_pair(const float* s, int ld, int i, int k
     return *reinterpret_cast<const float2*>(s + i * ld + k);
 }
 
-// acc[i][j] (the m16 x n8 tile at rows 16 i, columns 8 j of the warp's block) += sum over
-// k < 8 KSTEPS of A(m, k) B(k, n), k ascending; a and b point at the warp's first row/column,
-// lda and ldb their strides.
+// acc[i][j] (the m16 x n8 tile at rows 16 i, columns 8 j of the warp's block) += one k-step
+// (k0 to k0 + 7) of A(m, k) B(k, n): A's fragments from a (lda its stride), B's elements
+// (8 j + g, k0 + 2t) and (8 j + g, k0 + 2t + 1) as b(j), g and t the lane's group and thread.
+template <int MT, int NT, bool KA, class BFrag>
+__device__ __forceinline__ void tf32_step(float (&acc)[MT][NT][4], const float* a, int lda,
+                                          int k0, BFrag b)
+{
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    // fragment k = t + 4e is column k0 + 2t + e, for A and B alike (a permutation of the
+    // k-step's sum, the same every time)
+    unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows g and g + 8: registers h and h + 2
+            const float2 v = tf32_pair<KA>(a, lda, 16 * i + g + 8 * h, k0 + 2 * t);
+            tf32_split(v.x, a_big[i][h], a_small[i][h]);
+            tf32_split(v.y, a_big[i][h + 2], a_small[i][h + 2]);
+        }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const float2 v = b(j);
+        tf32_split(v.x, b_big[j][0], b_small[j][0]);
+        tf32_split(v.y, b_big[j][1], b_small[j][1]);
+    }
+    // the three products of a tile are issued apart, so consecutive mmas are independent
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) tf32_mma(acc[i][j], a_small[i], b_big[j]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) tf32_mma(acc[i][j], a_big[i], b_small[j]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) tf32_mma(acc[i][j], a_big[i], b_big[j]);
+}
+
+// acc[i][j] += sum over k < 8 KSTEPS of A(m, k) B(k, n), k ascending; a and b point at the
+// warp's first row/column, lda and ldb their strides.
 template <int MT, int NT, int KSTEPS, bool KA, bool KB>
 __device__ __forceinline__ void tf32_gemm(float (&acc)[MT][NT][4], const float* a, int lda,
                                           const float* b, int ldb)
 {
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll 8
-    for (int k0 = 0; k0 < 8 * KSTEPS; k0 += 8) {
-        // fragment k = t + 4e is column k0 + 2t + e, for A and B alike (a permutation of the
-        // k-step's sum, the same every time)
-        unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {  // rows g and g + 8: registers h and h + 2
-                const float2 v = tf32_pair<KA>(a, lda, 16 * i + g + 8 * h, k0 + 2 * t);
-                tf32_split(v.x, a_big[i][h], a_small[i][h]);
-                tf32_split(v.y, a_big[i][h + 2], a_small[i][h + 2]);
-            }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const float2 v = tf32_pair<KB>(b, ldb, 8 * j + g, k0 + 2 * t);
-            tf32_split(v.x, b_big[j][0], b_small[j][0]);
-            tf32_split(v.y, b_big[j][1], b_small[j][1]);
-        }
-        // the three products of a tile are issued apart, so consecutive mmas are independent
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) tf32_mma(acc[i][j], a_small[i], b_big[j]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) tf32_mma(acc[i][j], a_big[i], b_small[j]);
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) tf32_mma(acc[i][j], a_big[i], b_big[j]);
-    }
+    for (int k0 = 0; k0 < 8 * KSTEPS; k0 += 8)
+        tf32_step<MT, NT, KA>(acc, a, lda, k0,
+                              [&](int j) { return tf32_pair<KB>(b, ldb, 8 * j + g, k0 + 2 * t); });
 }
 
 template <int MT, int NT>
