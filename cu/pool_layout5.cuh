@@ -3,9 +3,8 @@
 // per SM) as one sequence of slots, and the ring runs on across rows. Per slot, as 3xTF32
 // mma.sync (tf32_mma.cuh) with the horizons as the n dimension:
 //   forward   S^T [KC x H] = LN . Q^T   the warps split D, their partial sums added in warp order
-//             online softmax           every warp the whole slot, in P's fragment order: running
-//                                      max and sum in registers, raw scores to attn (normalised
-//                                      at the row's end)
+//             online softmax           a warp a horizon: running max and sum in its registers,
+//                                      raw scores to attn (normalised at the row's end)
 //             ctx^T [D x H] += LN^T . P^T   a warp its D / NWARPS columns, rescaled as the max moves
 //   backward  DW^T [KC x H] = LN . G^T (split D as above); DS = scale * A * (DW + GA - c)
 //             grad_ln [KC x D] = A^T . G + DS^T . Q   items of 16 keys x 8 L5_GN columns
@@ -146,33 +145,16 @@ __device__ __forceinline__ void l5_partial_scores_q(float* sp, const float* ls,
             spw[(8 * j + 2 * t + e % 2) * L5_KC + g + 8 * (e / 2)] = acc[0][j][e] + acc[1][j][e];
 }
 
-// Horizon h's scores at the keys of P's B fragments of a lane, k-step ks: keys 8 ks + 2 t and
-// + 1 of the slot, each summed over the warps' partials in warp order (l5_score's order).
-__device__ __forceinline__ float2 l5_score_pair(const float* sp, const int h, const int ks)
-{
-    const int m = 8 * ks + 2 * (threadIdx.x % 4);
-    float2 s = make_float2(0.f, 0.f);
-#pragma unroll 4
-    for (int w = 0; w < NWARPS; ++w) {
-        const float2 v = *reinterpret_cast<const float2*>(sp + (w * N_HORIZONS + h) * L5_KC + m);
-        s.x += v.x;
-        s.y += v.y;
-    }
-    return s;
-}
-
 // Dynamic shared memory (floats): the ring [STAGES][L5_KC][L5_LDW], the partial scores
-// [NWARPS][N_HORIZONS][L5_KC]. Every warp runs the whole slot's softmax in the order of the
-// context product's B fragments: lane (g, t) holds horizon 8 j + g at keys 2 t, 2 t + 1, 8 + 2 t
-// and 9 + 2 t, so P never leaves registers, a horizon's max and sum are reductions over a quad,
-// and one barrier a slot goes (the P buffer's). Every warp keeps every horizon's running max
-// and sum (lanes 4 h' to 4 h' + 3 those of horizon 8 j + h').
+// [NWARPS][N_HORIZONS][L5_KC], P [N_HORIZONS][L5_LDK], each horizon's rescale and (at a row's
+// end) sum [2][N_HORIZONS].
 extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
 {
     pdl_wait();
     extern __shared__ __align__(16) float smem[];
-    float *ring = smem, *sp = ring + STAGES * L5_FSLOT;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    float *ring = smem, *sp = ring + STAGES * L5_FSLOT, *ps = sp + L5_PARTS;
+    float *corr = ps + N_HORIZONS * L5_LDK, *lsum = corr + N_HORIZONS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int d0 = warp * 16 * L5_CM;
     const float to_log2 = scale * LOG2E;
     const int nch = (K + L5_KC - 1) / L5_KC;
@@ -189,14 +171,10 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
     };
     for (int v = 0; v < STAGES - 1; ++v) fetch(v);
 
-    float top[L5_NT], sum[L5_NT];  // horizon 8 j + g's
+    float top[L5_HW], sum[L5_HW];  // the warp's horizons warp + j NWARPS
     float acc[L5_CM][L5_NT][4];
     L5Queries qf;
     if constexpr (L5_QF <= 32) l5_load_queries(qf, q_h);
-    // horizon n of the accumulators' columns (8 j + 2 t + c) from the lanes that keep it
-    auto of_column = [&](const float (&x)[L5_NT], const int j, const int c) {
-        return __shfl_sync(0xffffffffu, x[j], (2 * t + c) * 4);
-    };
     for (int v = 0; v < visits; v++, at.step(nch)) {
         const int k0 = at.rem * L5_KC;
         asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2) : "memory");
@@ -205,7 +183,7 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
         const float* ls = ring + v % STAGES * L5_FSLOT;
         if (at.rem == 0) {
 #pragma unroll
-            for (int j = 0; j < L5_NT; ++j) {
+            for (int j = 0; j < L5_HW; ++j) {
                 top[j] = -INFINITY;
                 sum[j] = 0.f;
             }
@@ -218,82 +196,42 @@ extern "C" __global__ void POOL_BOUNDS pool_forward(POOL_FORWARD_PARAMS)
         __syncthreads();
         float* attnb = attn + ATTN_ROW(at.b);
         const bool last = at.rem == nch - 1;
-        float2 p[L5_NT][L5_KC / 8];  // B fragments: horizon 8 j + g, k-step ks
-        float corr[L5_NT];
 #pragma unroll
-        for (int j = 0; j < L5_NT; ++j) {
-            const int h = 8 * j + g;
-            float mx = top[j];
-#pragma unroll
-            for (int ks = 0; ks < L5_KC / 8; ++ks) {
-                const int k = k0 + 8 * ks + 2 * t;
-                float2 s = l5_score_pair(sp, h, ks);
-                s.x = k < K ? s.x * to_log2 : -INFINITY;
-                s.y = k + 1 < K ? s.y * to_log2 : -INFINITY;
-                if (h % NWARPS == warp) {  // raw scores to attn, one warp a horizon
-                    float* ah = attnb + (size_t)h * ATTN_STRIDE + k;
-                    if (k < K) ah[0] = s.x;
-                    if (k + 1 < K) ah[1] = s.y;
-                }
-                p[j][ks] = s;
-                mx = fmaxf(mx, fmaxf(s.x, s.y));
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float ps = 0.f;
-#pragma unroll
-            for (int ks = 0; ks < L5_KC / 8; ++ks) {
-                p[j][ks] = make_float2(exp2f(p[j][ks].x - mx), exp2f(p[j][ks].y - mx));
-                ps += p[j][ks].x + p[j][ks].y;
-            }
-            ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-            ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-            corr[j] = top[j] == -INFINITY ? 0.f : exp2f(top[j] - mx);
-            sum[j] = fmaf(sum[j], corr[j], ps);
+        for (int j = 0; j < L5_HW; ++j) {
+            const int h = warp + j * NWARPS;
+            if (h >= N_HORIZONS) break;
+            const int k = k0 + lane;
+            const bool valid = lane < L5_KC && k < K;
+            const float s = valid ? l5_score(sp, h, lane) * to_log2 : -INFINITY;
+            if (valid) attnb[(size_t)h * ATTN_STRIDE + k] = s;
+            const float mx = fmaxf(top[j], group_max<32>(s));
+            const float p = valid ? exp2f(s - mx) : 0.f;
+            const float f = top[j] == -INFINITY ? 0.f : exp2f(top[j] - mx);
+            sum[j] = fmaf(sum[j], f, warp_sum(p));
             top[j] = mx;
+            if (lane < L5_KC) ps[h * L5_LDK + lane] = p;
+            if (lane == 0) {
+                corr[h] = f;
+                if (last) lsum[h] = sum[j];
+            }
         }
-#pragma unroll
-        for (int j = 0; j < L5_NT; ++j) {
-            const float c0 = of_column(corr, j, 0), c1 = of_column(corr, j, 1);
-#pragma unroll
-            for (int i = 0; i < L5_CM; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] *= e % 2 ? c1 : c0;
-        }
-#pragma unroll
-        for (int ks = 0; ks < L5_KC / 8; ++ks)
-            tf32_step<L5_CM, L5_NT, true>(acc, ls + d0, L5_LDW, 8 * ks,
-                                          [&](int j) { return p[j][ks]; });
+        __syncthreads();
+        tf32_each(acc, [&](int m, int n, float& v) { v *= corr[n]; });
+        tf32_gemm<L5_CM, L5_NT, L5_KC / 8, true, false>(acc, ls + d0, L5_LDW, ps, L5_LDK);
         if (last) {
             float* ctxb = ctx + (size_t)at.b * N_HORIZONS * HIDDEN_DIM + d0;
+            tf32_each(acc, [=](int m, int n, float& v) {
+                ctxb[n * HIDDEN_DIM + m] = v / lsum[n];
+            });
 #pragma unroll
-            for (int j = 0; j < L5_NT; ++j) {
-                const float s0 = of_column(sum, j, 0), s1 = of_column(sum, j, 1);
-#pragma unroll
-                for (int i = 0; i < L5_CM; ++i)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        ctxb[(8 * j + 2 * t + e % 2) * HIDDEN_DIM + 16 * i + g + 8 * (e / 2)] =
-                            acc[i][j][e] / (e % 2 ? s1 : s0);
-            }
-            __syncwarp();  // the raw scores this warp's other lanes wrote
-#pragma unroll
-            for (int jh = 0; jh < L5_HW; ++jh) {  // the warp's horizons warp + jh NWARPS
-                const int h = warp + jh * NWARPS;
+            for (int j = 0; j < L5_HW; ++j) {
+                const int h = warp + j * NWARPS;
                 if (h >= N_HORIZONS) break;
-                float tp = 0.f, sm = 1.f;
-#pragma unroll
-                for (int j = 0; j < L5_NT; ++j) {
-                    const float tj = __shfl_sync(0xffffffffu, top[j], h % 8 * 4);
-                    const float sj = __shfl_sync(0xffffffffu, sum[j], h % 8 * 4);
-                    tp = j == h / 8 ? tj : tp;
-                    sm = j == h / 8 ? sj : sm;
-                }
-                const float inv = 1.f / sm;
+                const float inv = 1.f / sum[j];
                 float* ah = attnb + (size_t)h * ATTN_STRIDE;
-                for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - tp) * inv;
+                for (int k = lane; k < K; k += 32) ah[k] = exp2f(ah[k] - top[j]) * inv;
 #if SPLIT_COUNT > 1
-                if (lane == 0) SPLIT_LSE(at.b, h) = (tp + log2f(sm)) / LOG2E;
+                if (lane == 0) SPLIT_LSE(at.b, h) = (top[j] + log2f(sum[j])) / LOG2E;
 #endif
             }
         }

@@ -84,15 +84,16 @@
 
 // LAYOUT 5: ring slots of L5_KC keys, rows padded to L5_LDW floats (the backward's slots also
 // hold attn at those keys, [N_HORIZONS][L5_LDK]); the warps' partial scores [NWARPS][N_HORIZONS]
-// [L5_KC]. Forward: the ring and the partials. Backward: the ring, the G rows of two batch rows,
-// the partials, DS and c.
+// [L5_KC]. Forward: the ring, the partials, P [N_HORIZONS][L5_LDK], rescale and sum a horizon.
+// Backward: the ring, the G rows of two batch rows, the partials, DS and c.
 #define L5_KC 16
 #define L5_LDW (HIDDEN_DIM + 4)
 #define L5_LDK (L5_KC + 4)
 #define L5_FSLOT (L5_KC * L5_LDW)
 #define L5_BSLOT (L5_FSLOT + N_HORIZONS * L5_LDK)
 #define L5_PARTS (NWARPS * N_HORIZONS * L5_KC)
-#define POOL_FORWARD_FLOATS_L5 (STAGES * L5_FSLOT + L5_PARTS)
+#define POOL_FORWARD_FLOATS_L5 (STAGES * L5_FSLOT + L5_PARTS + N_HORIZONS * L5_LDK \
+                                + 2 * N_HORIZONS)
 #define POOL_BACKWARD_FLOATS_L5 (STAGES * L5_BSLOT + 2 * N_HORIZONS * L5_LDW + L5_PARTS \
                                  + N_HORIZONS * L5_LDK + N_HORIZONS)
 
