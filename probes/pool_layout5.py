@@ -5,7 +5,8 @@ compared with the shipped launch's (max abs difference over the largest value), 
 point shows at once. One JSON line a point; the record into $1.
 
     source .gpu/env.sh && PYCUDA_HEADS_COMMIT=<commit> python probes/pool_layout5.py \
-        $OUT/pool_layout5.json [--roles forward,backward] [--shapes 8,512,1024,128 ...]
+        $OUT/pool_layout5.json [--roles forward,backward] [--shapes 8,512,1024,128 ...] \
+        [--points 'forward={"GRID": 3}' ...]
 
 (the device's copy of .git can be stale: the commit named in the environment goes into the
 record; `--roles ""` times the shipped launches alone)
@@ -44,7 +45,10 @@ def rel(a, b) -> float:
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
 
 
-def main(out: str, roles: list[str], shapes: list[tuple[int, ...]]) -> None:
+def main(out: str, roles: list[str], shapes: list[tuple[int, ...]],
+         points: dict[str, list[dict]] | None = None) -> None:
+    """Each role's POINTS, or where ``points`` names a role, those changes of its shipped
+    launch instead."""
     device.cuda()  # the context, before the first allocation
     rng = np.random.default_rng(0)
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"], "rows": []}
@@ -57,7 +61,9 @@ def main(out: str, roles: list[str], shapes: list[tuple[int, ...]]) -> None:
         gq0, gln0 = base.backward(q, ln, attn0, gc, ctx0)
         runs = [("both", "shipped", base)]
         for role in roles:
-            for p in POINTS[role]:
+            mine = [{**launch[role], **c} for c in points[role]] if role in (points or {}) \
+                else POINTS[role]
+            for p in mine:
                 try:
                     runs.append((role, json.dumps({n: p[n] for n in ("BLOCK", "STAGES",
                                                                      "MIN_BLOCKS", "GRID")}),
@@ -91,6 +97,12 @@ if __name__ == "__main__":
     ap.add_argument("out")
     ap.add_argument("--roles", default="forward,backward")
     ap.add_argument("--shapes", nargs="*", default=[",".join(map(str, s)) for s in SHAPES])
+    ap.add_argument("--points", nargs="*", default=[], metavar="ROLE=JSON",
+                    help="changes of the shipped launch to time, in place of the role's POINTS")
     a = ap.parse_args()
+    given: dict[str, list[dict]] = {}
+    for item in a.points:
+        role, _, change = item.partition("=")
+        given.setdefault(role, []).append(json.loads(change))
     main(a.out, [r for r in a.roles.split(",") if r],
-         [tuple(map(int, s.split(","))) for s in a.shapes])
+         [tuple(map(int, s.split(","))) for s in a.shapes], given)
