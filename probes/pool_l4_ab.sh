@@ -12,7 +12,9 @@
 # DRY=1 applies and takes back each set without tuning (a check of the patches, no GPU); a set
 # that does not apply is noted in its folder's error.txt and left out;
 # QUICK=1 times each set at the shipped launches instead, untuned (probes/pool_l4_quick_ab.py,
-# a line a set into $OUT/quick_ab.txt, a few seconds a set; $SHAPE=H,D,B,K another shape's).
+# a line a set into $OUT/quick_ab.txt, a few seconds a set; $SHAPE=H,D,B,K another shape's);
+# POINTS='forward={"GRID":3} backward={"MIN_BLOCKS":2}' times each set at those changes of the
+# shipped launches (probes/pool_layout5.py --points, into $OUT/set<N>/points.json).
 set -uo pipefail
 out=${1:?usage: pool_l4_ab.sh OUT SET...}; shift
 table=pycuda_heads/tuned/nvidia-h200.json
@@ -33,6 +35,10 @@ for set in "$@"; do
         :  # left out: nothing to time
     elif [[ -n ${QUICK:-} ]]; then
         timeout 60 python probes/pool_l4_quick_ab.py "$set" ${SHAPE:+"$SHAPE"} >> "$out/quick_ab.txt" 2>&1
+    elif [[ -n ${POINTS:-} ]]; then
+        # shellcheck disable=SC2086  # POINTS: words on purpose (ROLE=JSON each, no spaces)
+        timeout "${POINTS_S:-120}" python probes/pool_layout5.py "$dir/points.json" \
+            --shapes "${SHAPE:-32,128,512,64}" --points $POINTS > "$dir/points.log" 2>&1
     elif [[ -z ${DRY:-} ]]; then
         cp "$table" "$dir/table.before.json"
         STEPS=tune TUNE_TASKS="pool.forward:$h32 pool.backward:$h32" \
