@@ -1,6 +1,6 @@
-"""Registers, spills and shared memory of the pool's shipped launches at a shape (no GPU): the
-static check (nvcc + ptxas -v) of each role's point, or of points given as JSON on the command
-line. For a kernel-source edit before any GPU round.
+"""Registers, spills and stack frame of the pool's shipped launches at a shape (no GPU): the
+static check (nvcc + ptxas -v) of each role's point, with changes given as ROLE=JSON on the
+command line. For a kernel-source edit before any GPU round.
 
     python probes/pool_regs.py 8,512,1024,128 [ROLE='{"BLOCK": 512, ...}' ...]
 """
@@ -12,7 +12,6 @@ import sys
 from pool_shipped import shipped  # probes/ is this script's folder
 from pycuda_heads.catalog import catalog
 from pycuda_heads.verify.static_check import check_kernel
-
 
 
 def main(shape: str, overrides: list[str]) -> None:
