@@ -82,16 +82,21 @@
 #define POOL_FORWARD_FLOATS_L4 (L4_KP * L4_LDW + N_HORIZONS * L4_LDK)
 #define POOL_BACKWARD_FLOATS_L4 ((2 * N_HORIZONS + L4_KP) * L4_LDW + 2 * N_HORIZONS * L4_LDK)
 
-// LAYOUT 5: ring slots of L5_KC keys, rows padded to L5_LDW floats (the backward's slots also
-// hold attn at those keys, [N_HORIZONS][L5_LDK]); the warps' partial scores [NWARPS][N_HORIZONS]
-// [L5_KC]. Forward: the ring, the partials, P [N_HORIZONS][L5_LDK], rescale and sum a horizon.
+// LAYOUT 5: ring slots of L5_KC keys, the forward's rows padded to L5_LDW floats, the
+// backward's HIDDEN_DIM floats with their 16-byte chunks swizzled (L5_BLN; its slots also hold
+// attn at those keys, [N_HORIZONS][L5_LDK]); the warps' partial scores [NWARPS][N_HORIZONS]
+// [L5_SPK]. Forward: the ring, the partials, P [N_HORIZONS][L5_LDK], rescale and sum a horizon.
 // Backward: the ring, the G rows of two batch rows, the partials, DS and c.
 #define L5_KC 16
 #define L5_LDW (HIDDEN_DIM + 4)
 #define L5_LDK (L5_KC + 4)
 #define L5_FSLOT (L5_KC * L5_LDW)
-#define L5_BSLOT (L5_FSLOT + N_HORIZONS * L5_LDK)
-#define L5_PARTS (NWARPS * N_HORIZONS * L5_KC)
+#define L5_BLN (L5_KC * HIDDEN_DIM)
+#define L5_BSLOT (L5_BLN + N_HORIZONS * L5_LDK)
+// the partials' horizons L5_SPK floats apart: a warp's fragment stores (lanes 4 apart on the
+// horizons) hit distinct banks
+#define L5_SPK (L5_KC + 4)
+#define L5_PARTS (NWARPS * N_HORIZONS * L5_SPK)
 #define POOL_FORWARD_FLOATS_L5 (STAGES * L5_FSLOT + L5_PARTS + N_HORIZONS * L5_LDK \
                                 + 2 * N_HORIZONS)
 #define POOL_BACKWARD_FLOATS_L5 (STAGES * L5_BSLOT + 2 * N_HORIZONS * L5_LDW + L5_PARTS \

@@ -30,13 +30,12 @@ __device__ __forceinline__ float2 tf32_pair(const float* s, int ld, int i, int k
 }
 
 // acc[i][j] (the m16 x n8 tile at rows 16 i, columns 8 j of the warp's block) += one k-step
-// (k0 to k0 + 7) of A(m, k) B(k, n): A's fragments from a (lda its stride), B's elements
-// (8 j + g, k0 + 2t) and (8 j + g, k0 + 2t + 1) as b(j), g and t the lane's group and thread.
-template <int MT, int NT, bool KA, class BFrag>
-__device__ __forceinline__ void tf32_step(float (&acc)[MT][NT][4], const float* a, int lda,
-                                          int k0, BFrag b)
+// (k0 to k0 + 7) of A(m, k) B(k, n), g and t the lane's group and thread: A's elements
+// (16 i + g + 8 h, k0 + 2t) and (.., k0 + 2t + 1) as a(i, h), B's (8 j + g, k0 + 2t) and
+// (.., k0 + 2t + 1) as b(j).
+template <int MT, int NT, class AFrag, class BFrag>
+__device__ __forceinline__ void tf32_step(float (&acc)[MT][NT][4], AFrag a, BFrag b)
 {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     // fragment k = t + 4e is column k0 + 2t + e, for A and B alike (a permutation of the
     // k-step's sum, the same every time)
     unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
@@ -44,7 +43,7 @@ __device__ __forceinline__ void tf32_step(float (&acc)[MT][NT][4], const float* 
     for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // rows g and g + 8: registers h and h + 2
-            const float2 v = tf32_pair<KA>(a, lda, 16 * i + g + 8 * h, k0 + 2 * t);
+            const float2 v = a(i, h);
             tf32_split(v.x, a_big[i][h], a_small[i][h]);
             tf32_split(v.y, a_big[i][h + 2], a_small[i][h + 2]);
         }
@@ -78,8 +77,10 @@ __device__ __forceinline__ void tf32_gemm(float (&acc)[MT][NT][4], const float* 
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll 8
     for (int k0 = 0; k0 < 8 * KSTEPS; k0 += 8)
-        tf32_step<MT, NT, KA>(acc, a, lda, k0,
-                              [&](int j) { return tf32_pair<KB>(b, ldb, 8 * j + g, k0 + 2 * t); });
+        tf32_step<MT, NT>(
+            acc,
+            [&](int i, int h) { return tf32_pair<KA>(a, lda, 16 * i + g + 8 * h, k0 + 2 * t); },
+            [&](int j) { return tf32_pair<KB>(b, ldb, 8 * j + g, k0 + 2 * t); });
 }
 
 template <int MT, int NT>

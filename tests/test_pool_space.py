@@ -66,19 +66,20 @@ def test_layouts_pin_the_knobs_they_do_not_read() -> None:
 
 
 def test_layout_5_shared_memory_matches_the_kernels_layout() -> None:
-    """LAYOUT 5 at H=8, D=512, two slots of 16 keys (rows of 516 floats): the forward holds the
-    slots, 8 warps' partial scores (8 x 16 each), P (8 rows of 20) and two statistics a
-    horizon; the backward's slots also hold attn (8 x 20), beside G of two batch rows, the
-    partials, DS and c. The shared memory does not grow with K."""
+    """LAYOUT 5 at H=8, D=512, two slots of 16 keys: the forward holds the slots (rows of 516
+    floats), 8 warps' partial scores (8 rows of 20 each), P (8 rows of 20) and two statistics a
+    horizon; the backward's slots (rows of 512 floats, swizzled) also hold attn (8 x 20),
+    beside G of two batch rows, the partials, DS and c. The shared memory does not grow with
+    K."""
     template = {"N_HORIZONS": 8, "HIDDEN_DIM": 512}
     for k in (1, 128, 65536):
         point = FORWARD_SPACE.complete({"LAYOUT": 5, "BLOCK": 256, "STAGES": 2}, template)
         assert FORWARD_SPACE.violated(point, template) is None
         assert forward_shared_bytes(point, {**template, "K": k}) == 4 * (
-            2 * 16 * 516 + 8 * 8 * 16 + 8 * 20 + 2 * 8)
+            2 * 16 * 516 + 8 * 8 * 20 + 8 * 20 + 2 * 8)
         point = BACKWARD_SPACE.complete({"LAYOUT": 5, "BLOCK": 256, "STAGES": 2}, template)
         assert backward_shared_bytes(point, {**template, "K": k}) == 4 * (
-            2 * (16 * 516 + 8 * 20) + 2 * 8 * 516 + 8 * 8 * 16 + 8 * 20 + 8)
+            2 * (16 * 512 + 8 * 20) + 2 * 8 * 516 + 8 * 8 * 20 + 8 * 20 + 8)
 
 
 def test_layout_3_shared_memory_matches_the_kernels_layout() -> None:
