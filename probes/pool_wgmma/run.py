@@ -1,11 +1,13 @@
-"""Issue 34 probe: the pool's forward at H=32, D=128 on wgmma (fwd.cu) against float64 and the
-library's shipped launch (LAYOUT 4), at B = 512, K = 64 (the suite's shape) and K = 50, B = 333
-(a short row, checked only). Each variant is checked before it is timed: outputs poisoned with
-NaN, every element written, ctx and attn within the library's validation tolerance
-(``verify.checks.compare``), bitwise reruns. Each variant runs in a process of its own, so one
-that faults does not take the others with it. Prints a line a variant; the record into $1.
+"""Issue 34 probe: the pool's passes at H=32, D=128 on wgmma (fwd.cu, bwd.cu) against float64
+and the library's shipped launches (LAYOUT 4), at B = 512, K = 64 (the suite's shape) and
+B = 333, K = 50 (a short row, checked only). Each variant is checked before it is timed: outputs
+poisoned with NaN, every element written, each output within the library's validation
+tolerance (``verify.checks.compare``), bitwise reruns. The backward's time includes the
+library's reduce_axis0 of its scratch rows, as the library's own backward does. Each variant
+runs in a process of its own, so one that faults does not take the others with it. Prints a
+line a variant; the record into $1. Variants: fwd:WG:NBUF:CS, bwd:WG:CS.
 
-    source .gpu/env.sh && python probes/pool_wgmma/run.py $OUT/pool_wgmma.json [WG ...]
+    source .gpu/env.sh && python probes/pool_wgmma/run.py $OUT/pool_wgmma.json fwd:2:2:4 bwd:2:4
 """
 from __future__ import annotations
 
@@ -44,20 +46,80 @@ def reference(q: np.ndarray, ln: np.ndarray, dtype: type) -> tuple[np.ndarray, n
     return np.einsum("bhk,bkd->bhd", p, ln), p
 
 
-def shared_bytes(wg: int) -> int:
-    ldw = D + 16
-    return 4 * (2 * H * D + wg * (2 * KP * ldw + 2 * H * KP + 2 * 4 * H))
+def reference_backward(q: np.ndarray, ln: np.ndarray, attn: np.ndarray, gc: np.ndarray,
+                       dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """grad_q_h and grad_ln, as ops.pool.torch_backward."""
+    q, ln, attn, gc = (x.astype(dtype) for x in (q, ln, attn, gc))
+    scale = dtype(1 / np.sqrt(D))
+    dw = np.einsum("bhd,bkd->bhk", gc, ln)
+    ds = attn * (dw - (attn * dw).sum(axis=-1, keepdims=True))
+    return (scale * np.einsum("bhk,bkd->hd", ds, ln),
+            np.einsum("bhk,bhd->bkd", attn, gc) + scale * np.einsum("bhk,hd->bkd", ds, q))
 
 
-def variant(wg: int) -> dict:
+def build(source: str, entry: str, defines: dict, shared: int):
     from pycuda.compiler import SourceModule
     with device.thread_context():
-        mod = SourceModule((HERE / "fwd.cu").read_text(), no_extern_c=True, arch="sm_90a",
-                           include_dirs=[str(cu_dir())], options=["-O3", f"-DWG={wg}"])
-    fn = mod.get_function("pool_wg_forward")
-    shared = shared_bytes(wg)
+        mod = SourceModule((HERE / source).read_text(), no_extern_c=True, arch="sm_90a",
+                           include_dirs=[str(cu_dir()), str(HERE)],
+                           options=["-O3", *(f"-D{k}={v}" for k, v in defines.items())])
+    fn = mod.get_function(entry)
     fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-    out = {"wg": wg, "registers": fn.num_regs, "shared_bytes": shared, "shapes": []}
+    return fn
+
+
+def variant(spec: str) -> dict:
+    role, *knobs = spec.split(":")
+    return (forward if role == "fwd" else backward)(spec, *(int(x) for x in knobs))
+
+
+def backward(spec: str, wg: int, cs: int) -> dict:
+    from pycuda_heads.ops.reduce import reducer
+    ldw = D + 16
+    shared = 4 * (2 * H * D + wg * (KP * ldw + 2 * H * D + 2 * H * KP + 4 * H))
+    fn = build("bwd.cu", "pool_wg_backward", {"WG": wg, "CS": cs}, shared)
+    out = {"variant": spec, "registers": fn.num_regs, "shared_bytes": shared, "shapes": []}
+    scale = np.float32(1 / np.sqrt(D))
+    for b, k in SHAPES:
+        q, ln = inputs(b, k)
+        attn = reference(q, ln, np.float64)[1].astype(np.float32)
+        gc = np.random.default_rng(7).standard_normal((b, H, D)).astype(np.float32)
+        d_q, d_ln, d_attn, d_gc = (ga.to_gpu(x) for x in (q, ln, attn, gc))
+        grid = (min(device.sm_count(), -(-b // wg)), 1, 1)
+        parts = grid[0] * wg
+        grad_ln, scratch = ga.empty((b, k, D), np.float32), ga.empty((parts, H, D), np.float32)
+
+        def run():
+            fn(d_q.gpudata, d_ln.gpudata, d_attn.gpudata, d_gc.gpudata, grad_ln.gpudata,
+               scratch.gpudata, np.int32(k), scale, np.int32(b), grid=grid,
+               block=(128 * wg, 1, 1), shared=shared)
+            return reducer().sum_rows(scratch, parts, H * D, None, (H, D))
+        grad_ln.fill(np.float32(np.nan))
+        scratch.fill(np.float32(np.nan))
+        first = (run().get(), grad_ln.get())
+        second = (run().get(), grad_ln.get())
+        r64 = reference_backward(q, ln, attn, gc, np.float64)
+        r32 = reference_backward(q, ln, attn, gc, np.float32)
+        point = {"B": b, "K": k,
+                 "grad_q_h": compare(first[0], r64[0], r32[0]),
+                 "grad_ln": compare(first[1], r64[1], r32[1]),
+                 "rerun_bitwise": all(x.tobytes() == y.tobytes() for x, y in zip(first, second))}
+        point["good"] = (point["grad_q_h"]["passed"] and point["grad_ln"]["passed"]
+                         and point["rerun_bitwise"])
+        if point["good"] and (b, k) == SHAPES[0]:
+            point["us"] = gpu_time_us(run)["median_us"]
+            pool = ph.PerHorizonAttentionPool(H, D)
+            point["library_us"] = gpu_time_us(
+                lambda: pool.backward(d_q, d_ln, d_attn, d_gc))["median_us"]
+        out["shapes"].append(point)
+    return out
+
+
+def forward(spec: str, wg: int, nbuf: int, cs: int) -> dict:
+    ldw = D + 16
+    shared = 4 * (2 * H * D + wg * (nbuf * ldw * KP + 2 * H * KP + 2 * 4 * H))
+    fn = build("fwd.cu", "pool_wg_forward", {"WG": wg, "NBUF": nbuf, "CS": cs}, shared)
+    out = {"variant": spec, "registers": fn.num_regs, "shared_bytes": shared, "shapes": []}
     scale = np.float32(1 / np.sqrt(D))
     for b, k in SHAPES:
         q, ln = inputs(b, k)
@@ -89,16 +151,16 @@ def variant(wg: int) -> dict:
     return out
 
 
-def main(path: str, wgs: list[int]) -> None:
+def main(path: str, specs: list[str]) -> None:
     device.cuda()
     record = {"what": __doc__.split("\n")[0], "commit": git_state()["describe"], "variants": []}
-    for wg in wgs:
-        run = subprocess.run([sys.executable, __file__, "--one", str(wg)], capture_output=True,
+    for spec in specs:
+        run = subprocess.run([sys.executable, __file__, "--one", spec], capture_output=True,
                              text=True, timeout=240)
         try:
             result = json.loads(run.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
-            result = {"wg": wg, "failed": (run.stdout + run.stderr)[-3000:]}
+            result = {"variant": spec, "failed": (run.stdout + run.stderr)[-3000:]}
         record["variants"].append(result)
         print(json.dumps(result), flush=True)
     Path(path).write_text(json.dumps(record, indent=1))
@@ -107,6 +169,6 @@ def main(path: str, wgs: list[int]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--one":
         device.cuda()
-        print(json.dumps(variant(int(sys.argv[2]))))
+        print(json.dumps(variant(sys.argv[2])))
     else:
-        main(sys.argv[1], [int(a) for a in sys.argv[2:]] or [1, 2])
+        main(sys.argv[1], sys.argv[2:] or ["fwd:2:2:4", "bwd:2:4"])
