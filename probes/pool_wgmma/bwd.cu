@@ -23,22 +23,24 @@
 // and 8 j + 2 t + 1, which k-step j's A fragment takes as its k = t and t + 4
 __device__ __forceinline__ int hk(int h) { return 8 * (h / 8) + (h % 8) / 2 + 4 * (h % 2); }
 
-// x [NH, DD] (row-major) into halves [DD rows x NH] (k = hk(h)), threads tid0, tid0 + n, ...
-__device__ __forceinline__ void stage_by_h(float* wb, float* ws, const float* __restrict__ x,
-                                           int tid0, int n)
+// A share (load_share) into halves [DD rows x NH] (k = hk(h)) for grad_ln's products. Thread
+// (a = lane % 4, b = lane / 4) stores column 16 c + 4 a + jj of row 8 warp + b, jj rotated by
+// 2 (a / 2) + b % 2, so that a warp's stores hit 32 banks: (d % 8, k % 4) = (4 (a % 2) + jj,
+// b / 2).
+__device__ __forceinline__ void stage_by_h(float* wb, float* ws, const float4 (&v)[8], int warp,
+                                           int lane)
 {
-    for (int e = tid0; e < NH * DD / 4; e += n) {
-        const int h = e / (DD / 4), d0 = 4 * (e % (DD / 4));
-        const float4 v = reinterpret_cast<const float4*>(x)[e];
-        const float vs[4] = {v.x, v.y, v.z, v.w};
+    const int a = lane % 4, b = lane / 4, k = hk(8 * warp + b), rot = 2 * (a / 2) + b % 2;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const int jj = (s + rot) % 4, d = 16 * c + 4 * a + jj;
             unsigned big, small;
-            split(vs[i], big, small);
-            wb[core_offset(d0 + i, hk(h), DD)] = __uint_as_float(big);
-            ws[core_offset(d0 + i, hk(h), DD)] = __uint_as_float(small);
+            split(component(v[c], jj), big, small);
+            wb[core_offset(d, k, DD)] = __uint_as_float(big);
+            ws[core_offset(d, k, DD)] = __uint_as_float(small);
         }
-    }
 }
 
 // acc [key x d] += V^T X over the horizons: V (a lane's 16 values in the accumulator layout of
@@ -80,7 +82,11 @@ pool_wg_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     const int stride = gridDim.x * WG;
     int b = blockIdx.x * WG + wg;
     if (b < B) load_row(buf, ln, b, K, tid);
-    stage_by_h(qtb, qts, q_h, threadIdx.x, THREADS);
+    if (wg == 0) {  // q's halves, the block's
+        float4 v[8];
+        load_share(v, q_h, warp, lane);
+        stage_by_h(qtb, qts, v, warp, lane);
+    }
     fence_proxy();
     __syncthreads();
     float gq[2][16];
@@ -88,7 +94,8 @@ pool_wg_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
     for (int e = 0; e < 16; ++e) gq[0][e] = gq[1][e] = 0.f;
     for (; b < B; b += stride) {
         const float* gcb = grad_ctx + (size_t)b * NH * DD;
-        stage_by_d(gb, gsm, gcb, tid, 128);
+        float4 gv[8];  // the row's G, staged twice
+        load_share(gv, gcb, warp, lane);
         float av[16];  // attn at the accumulator layout: key k0 + 8 r, horizon 8 j + 2 t + e
 #pragma unroll
         for (int j = 0; j < 4; ++j)
@@ -100,6 +107,7 @@ pool_wg_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
                     av[4 * j + 2 * r + e] =
                         key < K ? attn[((size_t)b * NH + h) * K + key] : 0.f;
                 }
+        stage_by_d(gb, gsm, gv, warp, lane);
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         fence_proxy();
         wg_barrier(wg);
@@ -135,14 +143,21 @@ pool_wg_backward(const float* __restrict__ q_h, const float* __restrict__ ln,
                 }
             }
         stage_by_keys(db, dsm, dw, warp, g, t);
-        stage_by_h(gb, gsm, gcb, tid, 128);
+        stage_by_h(gb, gsm, gv, warp, lane);
         fence_proxy();
         wg_barrier(wg);
 
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) columns_by_horizons(gq[mt], buf, db, dsm, mt, warp, g, t);
         wg_barrier(wg);  // every warp has read the row: the buffer takes the next one
-        if (b + stride < B) load_row(buf, ln, b + stride, K, tid);
+        if (b + stride < B) {  // the next row's ln; its G and attn into L2
+            load_row(buf, ln, b + stride, K, tid);
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(grad_ctx + (size_t)(b + stride) * NH * DD
+                                                           + 32 * tid));
+            if (tid < NH * K / 32)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(attn + (size_t)(b + stride) * NH * K
+                                                               + 32 * tid));
+        }
 
         float acc[64];
 #pragma unroll

@@ -39,7 +39,11 @@ pool_wg_forward(const float* __restrict__ q_h, const float* __restrict__ ln,
     const int stride = gridDim.x * WG;
     int b = blockIdx.x * WG + wg;
     if (b < B) load_row(bufs, ln, b, K, tid);
-    stage_by_d(qb, qs, q_h, threadIdx.x, THREADS);
+    if (wg == 0) {  // q's halves, the block's
+        float4 v[8];
+        load_share(v, q_h, warp, lane);
+        stage_by_d(qb, qs, v, warp, lane);
+    }
     fence_proxy();
     __syncthreads();
     for (int i = 0; b < B; b += stride, ++i) {

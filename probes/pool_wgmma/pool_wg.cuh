@@ -75,25 +75,40 @@ __device__ __forceinline__ void load_row(float* buf, const float* __restrict__ l
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// x [NH, DD] (row-major) into its halves wb, ws as the B operand of rows_by_horizons: physical
-// columns 16c + 4j + i of a row are logical (k-step 2c + i / 2, j + 4 (i % 2)), the order
-// rows_by_horizons reads A's float4s in. Threads tid0, tid0 + n, ...
-__device__ __forceinline__ void stage_by_d(float* wb, float* ws, const float* __restrict__ x,
-                                           int tid0, int n)
+// A warpgroup's share of x [NH, DD] (row-major): thread (warp, lane) holds row 8 warp + lane / 4,
+// float4 lane % 4 of each 16 columns (v[i]: columns 16 i + 4 (lane % 4) ..), so that both
+// stagings below store conflict-free
+__device__ __forceinline__ void load_share(float4 (&v)[8], const float* __restrict__ x, int warp,
+                                           int lane)
 {
-    for (int e = tid0; e < NH * DD / 4; e += n) {
-        const int h = e / (DD / 4), c = (e % (DD / 4)) / 4, j = e % 4;
-        const float4 v = reinterpret_cast<const float4*>(x)[e];
-        const float vs[4] = {v.x, v.y, v.z, v.w};
+    const float4* row = reinterpret_cast<const float4*>(x + (8 * warp + lane / 4) * DD);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = row[4 * i + lane % 4];
+}
+
+__device__ __forceinline__ float component(const float4& v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// The share into halves wb, ws as the B operand of rows_by_horizons ([NH rows x DD], K-major):
+// physical columns 16c + 4j + i of a row are logical (k-step 2c + i / 2, j + 4 (i % 2)), the
+// order rows_by_horizons reads A's float4s in. A warp's stores take rows n % 8 = lane / 4 and
+// k % 4 = lane % 4: 32 banks.
+__device__ __forceinline__ void stage_by_d(float* wb, float* ws, const float4 (&v)[8], int warp,
+                                           int lane)
+{
+    const int h = 8 * warp + lane / 4, j = lane % 4;
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int l = 8 * (2 * c + i / 2) + j + 4 * (i % 2);
             unsigned big, small;
-            split(vs[i], big, small);
+            split(component(v[c], i), big, small);
             wb[core_offset(h, l, NH)] = __uint_as_float(big);
             ws[core_offset(h, l, NH)] = __uint_as_float(small);
         }
-    }
 }
 
 // s [key x h] = LN . X^T over DD for the warp's keys 16 warp + g (+ 8), X's halves staged by
