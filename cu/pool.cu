@@ -17,6 +17,8 @@
 //     (3xTF32), every warp on each product in turn.
 //   LAYOUT 5: wide rows on the tensor cores: ln streamed through a ring of 16-key slots, an
 //     online softmax in the forward, the warps splitting D in the scores (3xTF32, as LAYOUT 4).
+//   LAYOUT 6: N_HORIZONS 32, HIDDEN_DIM 128, K <= 64 on Hopper's warpgroup MMA (wgmma, sm_90a):
+//     a warpgroup a row, 3xTF32 products with A from registers and B's halves in shared memory.
 //   POOL_SPLIT (in place of LAYOUT): split-K's joins (pool_split.cuh). A batch row of K keys
 //     runs as SPLIT_COUNT virtual rows of K/SPLIT_COUNT keys through any layout compiled with
 //     SPLIT_COUNT (it reads and writes the batch row's attn in place, pool_common.cuh); these
@@ -27,10 +29,13 @@
 #include "heads_common.cuh"
 #include "pool_sizes.cuh"
 #include "pool_common.cuh"
-// LAYOUT 4's and 5's products, here rather than in their files: a variant's source inlines
+// LAYOUT 4's, 5's and 6's products, here rather than in their files: a variant's source inlines
 // each header once, where it is first named, even inside an inactive #elif
-#if !defined(POOL_SPLIT) && (LAYOUT == 4 || LAYOUT == 5)
+#if !defined(POOL_SPLIT) && (LAYOUT == 4 || LAYOUT == 5 || LAYOUT == 6)
 #include "tf32_mma.cuh"
+#endif
+#if !defined(POOL_SPLIT) && LAYOUT == 6
+#include "wgmma.cuh"
 #endif
 #ifdef POOL_SPLIT
 #include "pool_split.cuh"
@@ -46,4 +51,6 @@
 #include "pool_layout4.cuh"
 #elif LAYOUT == 5
 #include "pool_layout5.cuh"
+#elif LAYOUT == 6
+#include "pool_layout6.cuh"
 #endif

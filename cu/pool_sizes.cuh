@@ -102,6 +102,19 @@
 #define POOL_BACKWARD_FLOATS_L5 (STAGES * L5_BSLOT + 2 * N_HORIZONS * L5_LDW + L5_PARTS \
                                  + N_HORIZONS * L5_LDK + N_HORIZONS)
 
+// LAYOUT 6 (N_HORIZONS 32, HIDDEN_DIM 128, K <= 64 on wgmma): q's split halves once a block,
+// then per warpgroup (BLOCK / 128 of them) a row of L6_KP keys padded to L6_LDW floats (so that
+// the float4 fragment reads hit 32 banks) and: forward, a second row buffer, P's halves and
+// the warps' partial max and sum (L6_FWG); backward, G's halves, DS's halves and the warps'
+// partial c (L6_BWG).
+#define L6_KP 64
+#define L6_LDW (HIDDEN_DIM + 16)
+#define L6_FWG (2 * L6_KP * L6_LDW + 2 * N_HORIZONS * L6_KP + 2 * 4 * N_HORIZONS)
+#define L6_BWG (L6_KP * L6_LDW + 2 * N_HORIZONS * HIDDEN_DIM + 2 * N_HORIZONS * L6_KP \
+                + 4 * N_HORIZONS)
+#define POOL_FORWARD_FLOATS_L6 (2 * N_HORIZONS * HIDDEN_DIM + BLOCK / 128 * L6_FWG)
+#define POOL_BACKWARD_FLOATS_L6 (2 * N_HORIZONS * HIDDEN_DIM + BLOCK / 128 * L6_BWG)
+
 // Split-K (pool_split.cuh): threads a block of its kernels, the most splits of a row (the
 // combine holds a row's split weights in shared memory), and the attention weights of a row a
 // combining block rescales at most (held in registers, SPLIT_SPAN / SPLIT_THREADS a thread).

@@ -189,13 +189,14 @@ def test_layout_2_register_caps_agree(params):
         assert_variant_passes(kernel, template, shape, point)
 
 
-@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("layout", [0, 1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("with_grad_attn", [False, True])
 def test_backward_with_and_without_ctx(layout, with_grad_attn):
     """With ctx (one pass over ln) and without (the old call): both match the reference and
     repeat bitwise."""
     rng = np.random.default_rng(11)
-    h, d, b, k = (8, 128, 5, 70) if layout in (3, 4, 5) else (5, 128, 9, 37)
+    h, d, b, k = {3: (8, 128, 5, 70), 4: (8, 128, 5, 70), 5: (8, 128, 5, 70),
+                  6: (32, 128, 5, 60)}.get(layout, (5, 128, 9, 37))
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     gc = rng.standard_normal((b, h, d), dtype=F32)
     ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None
@@ -304,6 +305,31 @@ def test_layout_5_walks_rows_after_rows(k):
         gq2, gln2 = pool.backward(q, ln, attn, gc, given, grad_attn=ga)
         assert gq2.get().tobytes() == gq.get().tobytes()
         assert gln2.get().tobytes() == gln.get().tobytes()
+
+
+# --- LAYOUT 6: N_HORIZONS 32, HIDDEN_DIM 128, K <= 64 on Hopper's warpgroup MMA ---
+
+@pytest.mark.parametrize("template,shape", [
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 3, "K": 64}),
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 2, "K": 50}),     # keys past K in the tile
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 5, "K": 1}),
+    ({"N_HORIZONS": 32, "HIDDEN_DIM": 128}, {"B": 700, "K": 33})])  # rows after rows
+@pytest.mark.parametrize("params", [{"BLOCK": 128}, {"BLOCK": 256}],
+                         ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("kernel", ["pool.forward", "pool.backward"])
+def test_layout_6_matches_reference(template, shape, params, kernel):
+    _assert_layout_passes(6, kernel, template, shape, params)
+
+
+def test_layout_6_is_refused_in_words_on_a_gpu_that_is_not_hopper(monkeypatch):
+    """LAYOUT 6 is built for sm_90a; on another GPU the op says so before any compile."""
+    from pycuda_heads.core import device
+    monkeypatch.setattr(device, "compute_capability", lambda: (8, 0))
+    pool = ph.PerHorizonAttentionPool(32, 128)
+    point = pool.SPACES["forward"].complete({"LAYOUT": 6, "WGMMA": 1, "BLOCK": 256},
+                                              {"N_HORIZONS": 32, "HIDDEN_DIM": 128})
+    with pytest.raises(ValueError, match=r"LAYOUT 6 \(WGMMA\) needs an sm_90 GPU .* sm_80"):
+        pool.kernel("forward", point)
 
 
 def test_keys_beyond_the_range_raise_before_launch():

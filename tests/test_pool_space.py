@@ -82,6 +82,29 @@ def test_layout_5_shared_memory_matches_the_kernels_layout() -> None:
             2 * (16 * 512 + 8 * 20) + 2 * 8 * 516 + 8 * 8 * 20 + 8 * 20 + 8)
 
 
+def test_layout_6_runs_only_its_shape_and_is_the_wgmma_knob() -> None:
+    """LAYOUT 6 has points at H=32, D=128 and K <= 64 only, at BLOCK 128 and 256, and WGMMA
+    (built for sm_90a) is set exactly there. Its shared memory: q's halves, then per warpgroup
+    two rows of 64 keys padded to 144 floats, P's halves and two 4 x 32 partials (forward), or
+    one row, G's and DS's halves and a 4 x 32 partial (backward)."""
+    template = {"N_HORIZONS": 32, "HIDDEN_DIM": 128}
+    for space, bytes_of, per_wg in (
+            (FORWARD_SPACE, forward_shared_bytes, 2 * 64 * 144 + 2 * 32 * 64 + 2 * 4 * 32),
+            (BACKWARD_SPACE, backward_shared_bytes,
+             64 * 144 + 2 * 32 * 128 + 2 * 32 * 64 + 4 * 32)):
+        points = [p for p in space.points(template, {"B": 512, "K": 64}) if p["LAYOUT"] == 6]
+        assert sorted(p["BLOCK"] for p in points) == [128, 256]
+        for p in space.points(template, {"B": 512, "K": 64}):
+            assert p["WGMMA"] == (p["LAYOUT"] == 6)
+        for p in points:
+            assert bytes_of(p, {**template, "K": 64}) == 4 * (
+                2 * 32 * 128 + p["BLOCK"] // 128 * per_wg)
+        for other, shape in (({"N_HORIZONS": 24, "HIDDEN_DIM": 128}, {"B": 512, "K": 64}),
+                             ({"N_HORIZONS": 32, "HIDDEN_DIM": 256}, {"B": 512, "K": 64}),
+                             (template, {"B": 512, "K": 65})):
+            assert all(p["LAYOUT"] != 6 for p in space.points(other, shape)), (other, shape)
+
+
 def test_layout_3_shared_memory_matches_the_kernels_layout() -> None:
     """The host's byte count for LAYOUT 3 follows the kernel's tiles: at H=32, D=128, CHUNK
     8192 (64 keys a chunk, 2 keys a thread, one D slice) the forward holds the queries and two
@@ -146,3 +169,4 @@ def test_model_sizes_outside_the_range_are_refused_before_any_device_work(h: int
     import pycuda_heads as ph
     with pytest.raises(ValueError, match="must be at most"):
         ph.PerHorizonAttentionPool(h, d)
+

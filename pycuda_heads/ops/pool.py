@@ -17,7 +17,7 @@ from ..core.space import KernelSpace, by_role
 from ..core.spec import KernelSpec, Tensor, softmax_rows
 from .reduce import reducer
 
-# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2, 3, 4 and 5 cannot).
+# The range every shape must run in (LAYOUT 1 serves whatever LAYOUT 0, 2, 3, 4, 5 and 6 cannot).
 MAX_HORIZONS, MAX_HIDDEN_DIM, MAX_K = 32, 1024, 65536
 
 # Register rows and shared-memory regions as the kernels declare them (cu/pool_sizes.cuh; the
@@ -30,7 +30,7 @@ SIZES = HeaderSizes(cu_dir() / "heads_common.cuh", cu_dir() / "pool_sizes.cuh")
 _ROW = SIZES.expr("ROW_PER_LANE")
 # BLOCK stops at 512: at 1024 threads the 64-register cap spills the register rows.
 _COMMON = {"BLOCK": (32, 64, 128, 256, 512), "VEC": (1, 2, 4), "UNROLL": (1, 2, 4),
-           "LAYOUT": (0, 1, 2, 3, 4, 5)}
+           "LAYOUT": (0, 1, 2, 3, 4, 5, 6), "WGMMA": (0, 1)}
 # LAYOUT 2's knobs: lanes per key, teams of warps per block (a row each), the grid (a block
 # per TEAMS rows with GRID 0, else GRID blocks per SM looping over the rows: no partial last
 # wave), blocks per SM the registers must allow (0: ptxas decides), ring slots per warp; keys
@@ -69,6 +69,13 @@ _LAYOUT5 = (
     "and BLOCK in (128, 256, 512) and STAGES in (2, 3, 4) and BLOCK * MIN_BLOCKS <= 1024 "
     "and N_HORIZONS % 8 == 0 and HIDDEN_DIM % (BLOCK // 2) == 0 "
     "and HIDDEN_DIM // (BLOCK // 2) * (N_HORIZONS // 8) <= 8)",)
+# LAYOUT 6 (N_HORIZONS 32, HIDDEN_DIM 128, K <= 64 on Hopper's warpgroup MMA): a warpgroup a
+# row, BLOCK // 128 warpgroups a block and a block an SM, LAYOUT 2's knobs pinned. WGMMA says
+# the variant is built for sm_90a, as the FRD head's knob of that name does: 1 exactly here.
+_LAYOUT6 = (
+    "(LAYOUT == 6) == (WGMMA == 1)",
+    "LAYOUT != 6 or (N_HORIZONS == 32 and HIDDEN_DIM == 128 and BLOCK in (128, 256) "
+    "and VEC == 4 and UNROLL == 1)")
 _LAYOUT2_LIMITS = (
     # fewer than 64 registers a thread spill the per-lane rows
     "LAYOUT != 2 or (UNROLL == 1 and BLOCK <= 256 and TEAMS <= BLOCK // 32 "
@@ -90,14 +97,14 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return 4 * SIZES.value(f"POOL_BACKWARD_FLOATS_L{p['LAYOUT']}", {**env, **p})
 
 
-_LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
+_LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES", "LAYOUT != 6 or K <= 64")
 
 FORWARD_SPACE = KernelSpace(
     kernel="pool.forward",
     params={**_COMMON, **_LAYOUT2, "QREG": (0, 1), "SMEM_SCORES": (0, 1), "LANE_ACC": (0, 1),
             "GROUP_KEYS": (1, 2, 4), **_CHUNK},
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "QREG": 1, "SMEM_SCORES": 0,
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "WGMMA": 0, "GROUP": 8,
+             "TEAMS": 4, "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "QREG": 1, "SMEM_SCORES": 0,
              "LANE_ACC": 1, "GROUP_KEYS": 1, "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (2 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
@@ -109,7 +116,7 @@ FORWARD_SPACE = KernelSpace(
                   "SMEM_SCORES == 0 or (LAYOUT == 2 and TEAMS == BLOCK // 32)",
                   "LANE_ACC == 0 or (TEAMS == BLOCK // 32 and 32 // GROUP * GROUP_KEYS % 4 == 0)",
                   "LANE_ACC == 1 or GROUP_KEYS == 1",
-                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4, *_LAYOUT5,
+                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4, *_LAYOUT5, *_LAYOUT6,
                   # ptxas keeps about 200 of LAYOUT 2's registers for these rows before spilling:
                   # acc (and q with QREG) of every horizon and one ln step; with LANE_ACC, acc
                   # of a lane's own columns, GROUP_KEYS ln rows and their scores
@@ -125,8 +132,9 @@ BACKWARD_SPACE = KernelSpace(
     kernel="pool.backward", params={**_COMMON, **_LAYOUT2, "GROUP_KEYS": (1, 2), **_CHUNK},
     # MIN_BLOCKS 3 lets ptxas use up to 168 registers: left to itself it picks 134 and the
     # B=1024,K=128 backward runs 14% slower (same occupancy, less latency hidden)
-    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 16, "TEAMS": 4,
-             "GRID": 0, "MIN_BLOCKS": 3, "STAGES": 4, "GROUP_KEYS": 1, "CHUNK": 4096},
+    default={"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "WGMMA": 0, "GROUP": 16,
+             "TEAMS": 4, "GRID": 0, "MIN_BLOCKS": 3, "STAGES": 4, "GROUP_KEYS": 1,
+             "CHUNK": 4096},
     restrictions=("HIDDEN_DIM % VEC == 0",
                   f"LAYOUT != 0 or (3 * N_HORIZONS + UNROLL) * {_ROW} <= 128",
                   f"LAYOUT != 1 or (UNROLL + 2) * {_ROW} <= 96",
@@ -134,7 +142,7 @@ BACKWARD_SPACE = KernelSpace(
                   f"LAYOUT != 1 or BLOCK < 512 or (UNROLL + 2) * {_ROW} <= 32",
                   f"LAYOUT in (2, 3, 4, 5) or {_PINNED}",
                   "LAYOUT == 2 or GROUP_KEYS == 1",
-                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4, *_LAYOUT5,
+                  *_LAYOUT2_LIMITS, *_LAYOUT3, *_LAYOUT4, *_LAYOUT5, *_LAYOUT6,
                   # per lane: grad_ctx and the grad_q_h partial of every horizon, a query row,
                   # and an ln row and a grad_ln row for each of the GROUP_KEYS keys; 168 fit
                   # the registers of MIN_BLOCKS 3, and with no minimum ptxas holds 226 (H=2,
@@ -187,7 +195,9 @@ def _split_defines(s: int) -> dict[str, int] | None:
 
 def _blocks(p: Mapping[str, Any], b: int) -> int:
     """One block per batch row; in LAYOUT 2 one per TEAMS rows; in LAYOUT 2, 4 and 5 at most
-    GRID per SM."""
+    GRID per SM; in LAYOUT 6 one per BLOCK // 128 rows, at most one per SM."""
+    if p["LAYOUT"] == 6:
+        return min(-(-b // (p["BLOCK"] // 128)), device.sm_count())
     if p["LAYOUT"] not in (2, 4, 5):
         return b
     blocks = -(-b // p["TEAMS"])
@@ -280,6 +290,14 @@ class PerHorizonAttentionPool(HorizonOp):
                     gq_scratch=scratch.gpudata, ds_scratch=_NULL if ds is None else ds.gpudata,
                     K=kv, scale=self._scale, B=bv, shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
+
+    def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
+        """LAYOUT 6 is built for sm_90a (WGMMA): another GPU is refused in words, not by the
+        driver."""
+        if params.get("WGMMA") and (cc := device.compute_capability()) != (9, 0):
+            raise ValueError(f"{type(self).__name__}: LAYOUT 6 (WGMMA) needs an sm_90 GPU "
+                             f"(Hopper), this one is sm_{''.join(map(str, cc))}")
+        return super().kernel(role, params)
 
     def _join(self, role: str) -> Any:
         """Split-K's kernel ``pool_<role>`` (pool.cu with POOL_SPLIT)."""
