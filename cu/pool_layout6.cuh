@@ -75,6 +75,22 @@ __device__ __forceinline__ void l6_load_row(float* buf, const float* __restrict_
     copy_commit();
 }
 
+// d += CS k-steps from k-step c0 (a chunk): A's halves from registers, B's at wb, ws; waited
+// for, so that the registers take the next chunk
+template <int CS>
+__device__ __forceinline__ void l6_chunk(float (&d)[16], const unsigned (&big)[CS][4],
+                                         const unsigned (&small)[CS][4], const float* wb,
+                                         const float* ws, const int c0)
+{
+    l6_fence_operands();
+#pragma unroll
+    for (int k = 0; k < CS; ++k) {
+        const int off = 2 * (c0 + k) * (N_HORIZONS / 8) * 32;
+        l6_step(d, big[k], small[k], wb + off, ws + off);
+    }
+    l6_commit_wait();
+}
+
 // A warpgroup's share of x [N_HORIZONS, HIDDEN_DIM]: thread (warp, lane) holds row
 // 8 warp + lane / 4, float4 lane % 4 of each 16 columns (v[c]: columns 16 c + 4 (lane % 4) ..),
 // so that both stagings below store to 32 banks
@@ -110,7 +126,8 @@ __device__ __forceinline__ void l6_stage_by_d(float* wb, float* ws, const float4
     for (int c = 0; c < 8; ++c)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-            l6_store_split(wb, ws, core_offset(h, 8 * (2 * c + i / 2) + j + 4 * (i % 2), N_HORIZONS),
+            l6_store_split(wb, ws,
+                           core_offset(h, 8 * (2 * c + i / 2) + j + 4 * (i % 2), N_HORIZONS),
                            l6_part(v[c], i));
 }
 
@@ -152,7 +169,8 @@ __device__ __forceinline__ void l6_keys_by_horizons(float (&s)[16], const float*
 #pragma unroll
         for (int c = 0; c < CS / 2; ++c) {  // a float4 of rows g and g + 8: two k-steps
             const int col = 16 * (c0 / 2 + c) + 4 * t;
-            const float4 r0 = *reinterpret_cast<const float4*>(buf + (16 * warp + g) * L6_LDW + col);
+            const float4 r0 =
+                *reinterpret_cast<const float4*>(buf + (16 * warp + g) * L6_LDW + col);
             const float4 r1 =
                 *reinterpret_cast<const float4*>(buf + (16 * warp + g + 8) * L6_LDW + col);
 #pragma unroll
@@ -163,13 +181,7 @@ __device__ __forceinline__ void l6_keys_by_horizons(float (&s)[16], const float*
                 tf32_split(l6_part(r1, 2 * k + 1), big[2 * c + k][3], small[2 * c + k][3]);
             }
         }
-        l6_fence_operands();
-#pragma unroll
-        for (int k = 0; k < CS; ++k) {
-            const int off = 2 * (c0 + k) * (N_HORIZONS / 8) * 32;
-            l6_step(s, big[k], small[k], xb + off, xs + off);
-        }
-        l6_commit_wait();
+        l6_chunk<CS>(s, big, small, xb, xs, c0);
     }
 }
 
@@ -194,13 +206,7 @@ __device__ __forceinline__ void l6_columns_by_horizons(float (&a)[16], const flo
             tf32_split(r4[0], big[k][2], small[k][2]);
             tf32_split(r4[8], big[k][3], small[k][3]);
         }
-        l6_fence_operands();
-#pragma unroll
-        for (int k = 0; k < CS; ++k) {
-            const int off = 2 * (c0 + k) * (N_HORIZONS / 8) * 32;
-            l6_step(a, big[k], small[k], yb + off, ys + off);
-        }
-        l6_commit_wait();
+        l6_chunk<CS>(a, big, small, yb, ys, c0);
     }
 }
 
@@ -246,6 +252,42 @@ __device__ __forceinline__ void l6_over_keys(float (&x)[8], float* part, const i
     }
 }
 
+// A thread's place: its warpgroup, its thread, warp and lane there, the lane's group g and
+// thread t, its keys k0 and k0 + 8 in a row's accumulators; in shared memory q's halves qb, qs
+// and its warpgroup's region of `floats` behind them; its warpgroup's first row and stride
+struct L6Place {
+    int wg, tid, warp, lane, g, t, k0;
+    float *qb, *qs, *mine;
+    int first, stride;
+    __device__ __forceinline__ L6Place(float* smem, const int floats)
+        : wg(threadIdx.x / 128), tid(threadIdx.x % 128), warp(tid / 32), lane(tid % 32),
+          g(lane / 4), t(lane % 4), k0(16 * warp + g), qb(smem),
+          qs(smem + N_HORIZONS * HIDDEN_DIM), mine(qs + N_HORIZONS * HIDDEN_DIM + wg * floats),
+          first(blockIdx.x * L6_WG + wg), stride(gridDim.x * L6_WG)
+    {
+    }
+};
+
+// The kernels' start: the warpgroup's first row into its region, and q's halves by the first
+// warpgroup (by h for grad_ln's product, else by d for the scores'), seen by every
+// warpgroup's wgmma
+template <bool BY_H>
+__device__ __forceinline__ void l6_start(const L6Place& me, const float* __restrict__ q_h,
+                                         const float* __restrict__ ln, const int B, const int K)
+{
+    if (me.first < B) l6_load_row(me.mine, ln, me.first, K, me.tid);
+    if (me.wg == 0) {
+        float4 v[8];
+        l6_load_share(v, q_h, me.warp, me.lane);
+        if constexpr (BY_H)
+            l6_stage_by_h(me.qb, me.qs, v, me.warp, me.lane);
+        else
+            l6_stage_by_d(me.qb, me.qs, v, me.warp, me.lane);
+    }
+    l6_fence_proxy();
+    __syncthreads();
+}
+
 // Dynamic shared memory (floats, pool_sizes.cuh): q's halves [N_HORIZONS x HIDDEN_DIM], then per
 // warpgroup two row buffers [L6_KP][L6_LDW], P's halves [N_HORIZONS x L6_KP], the warps'
 // partial max and sum [2][4][N_HORIZONS].
@@ -253,45 +295,35 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1) pool_forward(POOL_FORWARD
 {
     pdl_wait();
     extern __shared__ __align__(128) float smem[];
-    float *qb = smem, *qs = qb + N_HORIZONS * HIDDEN_DIM;
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    float* bufs = qs + N_HORIZONS * HIDDEN_DIM + wg * L6_FWG;
+    const L6Place me(smem, L6_FWG);
+    float *bufs = me.mine, *qb = me.qb, *qs = me.qs;
     float *pb = bufs + 2 * L6_KP * L6_LDW, *ps = pb + N_HORIZONS * L6_KP;
     float* part = ps + N_HORIZONS * L6_KP;
-    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int k0 = 16 * warp + g;  // the lane's keys k0 and k0 + 8
     const float to_log2 = scale * LOG2E;
-    const int stride = gridDim.x * L6_WG;
-    int b = blockIdx.x * L6_WG + wg;
-    if (b < B) l6_load_row(bufs, ln, b, K, tid);
-    if (wg == 0) {
-        float4 v[8];
-        l6_load_share(v, q_h, warp, lane);
-        l6_stage_by_d(qb, qs, v, warp, lane);
-    }
-    l6_fence_proxy();
-    __syncthreads();
+    const int stride = me.stride;
+    l6_start<false>(me, q_h, ln, B, K);
+    int b = me.first;
     for (int i = 0; b < B; b += stride, ++i) {
         const float* buf = bufs + (i & 1) * L6_KP * L6_LDW;
         if (b + stride < B)
-            l6_load_row(bufs + ((i + 1) & 1) * L6_KP * L6_LDW, ln, b + stride, K, tid);
+            l6_load_row(bufs + ((i + 1) & 1) * L6_KP * L6_LDW, ln, b + stride, K, me.tid);
         else
             copy_commit();
         asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        wg_barrier(wg);
+        wg_barrier(me.wg);
 
         float s[16];
-        l6_keys_by_horizons<L6_FCS>(s, buf, qb, qs, warp, g, t);
+        l6_keys_by_horizons<L6_FCS>(s, buf, qb, qs, me.warp, me.g, me.t);
         float x[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {  // horizon 8 (i / 2) + 2 t + i % 2, in log2 units
             float& s0 = s[4 * (i / 2) + i % 2];
             float& s1 = s[4 * (i / 2) + 2 + i % 2];
-            s0 = k0 < K ? s0 * to_log2 : -INFINITY;
-            s1 = k0 + 8 < K ? s1 * to_log2 : -INFINITY;
+            s0 = me.k0 < K ? s0 * to_log2 : -INFINITY;
+            s1 = me.k0 + 8 < K ? s1 * to_log2 : -INFINITY;
             x[i] = fmaxf(s0, s1);
         }
-        l6_over_keys<true>(x, part, wg, warp, lane);
+        l6_over_keys<true>(x, part, me.wg, me.warp, me.lane);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             float& s0 = s[4 * (i / 2) + i % 2];
@@ -300,22 +332,22 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1) pool_forward(POOL_FORWARD
             s1 = exp2f(s1 - x[i]);
             x[i] = s0 + s1;
         }
-        l6_over_keys<false>(x, part + 4 * N_HORIZONS, wg, warp, lane);
+        l6_over_keys<false>(x, part + 4 * N_HORIZONS, me.wg, me.warp, me.lane);
         float* attnb = attn + ATTN_ROW(b);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const float inv = 1.f / x[i];
-            const int h = 8 * (i / 2) + 2 * t + i % 2;
+            const int h = 8 * (i / 2) + 2 * me.t + i % 2;
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 float& p = s[4 * (i / 2) + 2 * r + i % 2];
                 p *= inv;
-                if (k0 + 8 * r < K) attnb[(size_t)h * ATTN_STRIDE + k0 + 8 * r] = p;
+                if (me.k0 + 8 * r < K) attnb[(size_t)h * ATTN_STRIDE + me.k0 + 8 * r] = p;
             }
         }
-        l6_stage_by_keys(pb, ps, s, warp, g, t);
+        l6_stage_by_keys(pb, ps, s, me.warp, me.g, me.t);
         l6_fence_proxy();
-        wg_barrier(wg);
+        wg_barrier(me.wg);
 
         float* ctxb = ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
 #pragma unroll
@@ -323,18 +355,18 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1) pool_forward(POOL_FORWARD
             float a[16];
 #pragma unroll
             for (int e = 0; e < 16; ++e) a[e] = 0.f;
-            l6_columns_by_horizons<L6_FCS>(a, buf, pb, ps, mt, warp, g, t);
-            const int dm = 64 * mt + 16 * warp + g;
+            l6_columns_by_horizons<L6_FCS>(a, buf, pb, ps, mt, me.warp, me.g, me.t);
+            const int dm = 64 * mt + 16 * me.warp + me.g;
 #pragma unroll
             for (int e = 0; e < 16; ++e)
-                ctxb[(8 * (e / 4) + 2 * t + e % 2) * HIDDEN_DIM + dm + 8 * (e / 2 % 2)] = a[e];
+                ctxb[(8 * (e / 4) + 2 * me.t + e % 2) * HIDDEN_DIM + dm + 8 * (e / 2 % 2)] = a[e];
         }
-        wg_barrier(wg);  // the buffer and P are free for the rows after
+        wg_barrier(me.wg);  // the buffer and P are free for the rows after
     }
 }
 
-// acc [key x d] += V^T X over the horizons: V (a lane's accumulators of a key-major product) as
-// A, X's halves by l6_stage_by_h
+// acc [key x d] += V^T X over the horizons: V (a lane's accumulators of a key-major product)
+// as A, X's halves by l6_stage_by_h
 __device__ __forceinline__ void l6_keys_by_columns(float (&acc)[64], const float (&v)[16],
                                                    const float* xb, const float* xs)
 {
@@ -362,77 +394,67 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1) pool_backward(POOL_BACKWA
 {
     pdl_wait();
     extern __shared__ __align__(128) float smem[];
-    float *qtb = smem, *qts = qtb + N_HORIZONS * HIDDEN_DIM;
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    float* buf = qts + N_HORIZONS * HIDDEN_DIM + wg * L6_BWG;
+    const L6Place me(smem, L6_BWG);
+    l6_start<true>(me, q_h, ln, B, K);
+    float *buf = me.mine, *qtb = me.qb, *qts = me.qs;  // q's halves by h here
     float *gb = buf + L6_KP * L6_LDW, *gsm = gb + N_HORIZONS * HIDDEN_DIM;
     float *db = gsm + N_HORIZONS * HIDDEN_DIM, *dsm = db + N_HORIZONS * L6_KP;
     float* part = dsm + N_HORIZONS * L6_KP;
-    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int k0 = 16 * warp + g;  // the lane's keys k0 and k0 + 8
-    const int stride = gridDim.x * L6_WG;
-    int b = blockIdx.x * L6_WG + wg;
-    if (b < B) l6_load_row(buf, ln, b, K, tid);
-    if (wg == 0) {
-        float4 v[8];
-        l6_load_share(v, q_h, warp, lane);
-        l6_stage_by_h(qtb, qts, v, warp, lane);
-    }
-    l6_fence_proxy();
-    __syncthreads();
+    const int stride = me.stride;
     float gq[2][16];
 #pragma unroll
     for (int e = 0; e < 16; ++e) gq[0][e] = gq[1][e] = 0.f;
-    for (; b < B; b += stride) {
+    for (int b = me.first; b < B; b += stride) {
         const float* gcb = grad_ctx + (size_t)b * N_HORIZONS * HIDDEN_DIM;
         float4 gv[8];  // the row's G, staged twice
-        l6_load_share(gv, gcb, warp, lane);
+        l6_load_share(gv, gcb, me.warp, me.lane);
         float av[16];  // A where the accumulators are
         const float* attnb = attn + ATTN_ROW(b);
         const float* gab = grad_attn ? grad_attn + ATTN_ROW(b) : nullptr;
         auto at = [&](int e) {
-            return (size_t)(8 * (e / 4) + 2 * t + e % 2) * ATTN_STRIDE + k0 + 8 * (e / 2 % 2);
+            return (size_t)(8 * (e / 4) + 2 * me.t + e % 2) * ATTN_STRIDE + me.k0
+                   + 8 * (e / 2 % 2);
         };
 #pragma unroll
-        for (int e = 0; e < 16; ++e) av[e] = k0 + 8 * (e / 2 % 2) < K ? attnb[at(e)] : 0.f;
-        l6_stage_by_d(gb, gsm, gv, warp, lane);
+        for (int e = 0; e < 16; ++e) av[e] = me.k0 + 8 * (e / 2 % 2) < K ? attnb[at(e)] : 0.f;
+        l6_stage_by_d(gb, gsm, gv, me.warp, me.lane);
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         l6_fence_proxy();
-        wg_barrier(wg);
+        wg_barrier(me.wg);
 
         float dw[16];
-        l6_keys_by_horizons<L6_BCS>(dw, buf, gb, gsm, warp, g, t);
+        l6_keys_by_horizons<L6_BCS>(dw, buf, gb, gsm, me.warp, me.g, me.t);
         // GA (absent: zeros) is read where it is added, twice: 16 registers held from here to
         // DS would spill grad_ln's
-        auto ga = [&](int e) { return gab && k0 + 8 * (e / 2 % 2) < K ? gab[at(e)] : 0.f; };
+        auto ga = [&](int e) { return gab && me.k0 + 8 * (e / 2 % 2) < K ? gab[at(e)] : 0.f; };
         float x[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int e0 = 4 * (i / 2) + i % 2;
             x[i] = av[e0] * (dw[e0] + ga(e0)) + av[e0 + 2] * (dw[e0 + 2] + ga(e0 + 2));
         }
-        l6_over_keys<false>(x, part, wg, warp, lane);  // also: every warp has read G's halves
+        l6_over_keys<false>(x, part, me.wg, me.warp, me.lane);  // also: G's halves are read
 #pragma unroll
         for (int e = 0; e < 16; ++e) {  // DS in dw from here on
             const int i = 2 * (e / 4) + e % 2;
             dw[e] = scale * av[e] * (dw[e] + ga(e) - x[i]);
         }
-        l6_stage_by_keys(db, dsm, dw, warp, g, t);
-        l6_stage_by_h(gb, gsm, gv, warp, lane);
+        l6_stage_by_keys(db, dsm, dw, me.warp, me.g, me.t);
+        l6_stage_by_h(gb, gsm, gv, me.warp, me.lane);
         l6_fence_proxy();
-        wg_barrier(wg);
+        wg_barrier(me.wg);
 
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
-            l6_columns_by_horizons<L6_BCS>(gq[mt], buf, db, dsm, mt, warp, g, t);
-        wg_barrier(wg);  // every warp has read the row: the buffer takes the next one
+            l6_columns_by_horizons<L6_BCS>(gq[mt], buf, db, dsm, mt, me.warp, me.g, me.t);
+        wg_barrier(me.wg);  // every warp has read the row: the buffer takes the next one
         if (b + stride < B) {  // the next row's ln; its G and attn into L2
-            l6_load_row(buf, ln, b + stride, K, tid);
+            l6_load_row(buf, ln, b + stride, K, me.tid);
             asm volatile("prefetch.global.L2 [%0];" ::"l"(
-                grad_ctx + (size_t)(b + stride) * N_HORIZONS * HIDDEN_DIM + 32 * tid));
-            if (tid < N_HORIZONS * K / 32)
+                grad_ctx + (size_t)(b + stride) * N_HORIZONS * HIDDEN_DIM + 32 * me.tid));
+            if (me.tid < N_HORIZONS * K / 32)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(attn + ATTN_ROW(b + stride)
-                                                               + 32 * tid));
+                                                               + 32 * me.tid));
         }
 
         float acc[64];
@@ -445,27 +467,27 @@ extern "C" __global__ void __launch_bounds__(BLOCK, 1) pool_backward(POOL_BACKWA
         for (int j = 0; j < HIDDEN_DIM / 8; ++j)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                if (k0 + 8 * r < K)
-                    *reinterpret_cast<float2*>(glb + (size_t)(k0 + 8 * r) * HIDDEN_DIM + 8 * j
-                                               + 2 * t) =
+                if (me.k0 + 8 * r < K)
+                    *reinterpret_cast<float2*>(glb + (size_t)(me.k0 + 8 * r) * HIDDEN_DIM + 8 * j
+                                               + 2 * me.t) =
                         make_float2(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
-        wg_barrier(wg);  // G's and DS's halves and the partials are free for the next row
+        wg_barrier(me.wg);  // G's and DS's halves and the partials are free for the next row
     }
     // the block's warpgroups in order (BLOCK 256: the second adds the first's partial, passed
     // through the first's row buffer, which no copy still fills), then gq_scratch[block]
     float* first = qts + N_HORIZONS * HIDDEN_DIM;
     auto at = [&](int mt, int e) {
-        return (8 * (e / 4) + 2 * t + e % 2) * HIDDEN_DIM + 64 * mt + 16 * warp + g
+        return (8 * (e / 4) + 2 * me.t + e % 2) * HIDDEN_DIM + 64 * mt + 16 * me.warp + me.g
                + 8 * (e / 2 % 2);
     };
     if (L6_WG == 2) {
-        if (wg == 0)
+        if (me.wg == 0)
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int e = 0; e < 16; ++e) first[at(mt, e)] = gq[mt][e];
         __syncthreads();
-        if (wg == 0) return;
+        if (me.wg == 0) return;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
