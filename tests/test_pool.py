@@ -42,9 +42,9 @@ def test_launch_override_is_reported():
     pool = ph.PerHorizonAttentionPool(5, 128, launch={"forward": {"BLOCK": 256}})
     pool.forward(np.ones((5, 128), F32), np.ones((1, 4, 128), F32))
     assert pool.chosen["forward"] == {
-        "params": {"BLOCK": 256, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "GROUP": 8, "TEAMS": 4,
-                   "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "QREG": 1, "SMEM_SCORES": 0,
-                   "LANE_ACC": 0, "GROUP_KEYS": 1, "CHUNK": 4096},
+        "params": {"BLOCK": 256, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, "WGMMA": 0, "GROUP": 8,
+                   "TEAMS": 4, "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "QREG": 1,
+                   "SMEM_SCORES": 0, "LANE_ACC": 0, "GROUP_KEYS": 1, "CHUNK": 4096},
         "source": "user"}
 
 
