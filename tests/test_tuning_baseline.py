@@ -35,9 +35,9 @@ COUNTED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 # the default's LAYOUT 2 rows (GROUP 16, MIN_BLOCKS 3) do not fit the registers here
 WIDE = {"N_HORIZONS": 2, "HIDDEN_DIM": 1024}
 WIDE_SHAPE = {"B": 256, "K": 64}
-# LAYOUT 1 reads none of these
-_PINNED = {"GROUP": 32, "TEAMS": 1, "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4, "GROUP_KEYS": 1,
-           "CHUNK": 4096}
+# LAYOUT 1 reads none of these (WGMMA is 1 at LAYOUT 6 only)
+_PINNED = {"WGMMA": 0, "GROUP": 32, "TEAMS": 1, "GRID": 0, "MIN_BLOCKS": 0, "STAGES": 4,
+           "GROUP_KEYS": 1, "CHUNK": 4096}
 NEAREST = {"BLOCK": 128, "VEC": 4, "UNROLL": 1, "LAYOUT": 2, **_PINNED, "TEAMS": 4}
 FAST = {"BLOCK": 64, "VEC": 4, "UNROLL": 1, "LAYOUT": 1, **_PINNED}
 
