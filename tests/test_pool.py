@@ -195,8 +195,8 @@ def test_backward_with_and_without_ctx(layout, with_grad_attn):
     """With ctx (one pass over ln) and without (the old call): both match the reference and
     repeat bitwise."""
     rng = np.random.default_rng(11)
-    h, d, b, k = {3: (8, 128, 5, 70), 4: (8, 128, 5, 70), 5: (8, 128, 5, 70),
-                  6: (32, 128, 5, 60)}.get(layout, (5, 128, 9, 37))
+    h, d, b, k = ((32, 128, 5, 60) if layout == 6 else (8, 128, 5, 70) if layout in (3, 4, 5)
+                  else (5, 128, 9, 37))
     q, ln = rng.standard_normal((h, d), dtype=F32), rng.standard_normal((b, k, d), dtype=F32)
     gc = rng.standard_normal((b, h, d), dtype=F32)
     ga = rng.standard_normal((b, h, k), dtype=F32) if with_grad_attn else None

@@ -169,4 +169,3 @@ def test_model_sizes_outside_the_range_are_refused_before_any_device_work(h: int
     import pycuda_heads as ph
     with pytest.raises(ValueError, match="must be at most"):
         ph.PerHorizonAttentionPool(h, d)
-
