@@ -110,8 +110,11 @@ __device__ __forceinline__ void wg_tile_products(float (&d)[NACC], const float* 
             wgmma_3xtf32(d, big[s], small[s], wb + kb, ws + kb, ROWS);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
+        // the chunk before is done (its A registers free): this one's products overlap the
+        // next chunk's fragment reads
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
 // A layer's block: its weight's halves [ROWS x WG_K] twice, then per warpgroup a row buffer

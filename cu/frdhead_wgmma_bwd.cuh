@@ -43,8 +43,8 @@
 // Each launch's dynamic shared memory in floats; the op reads these four.
 #define WB_DHIDDEN_FLOATS (2 * WB_N * WB_KG + WG * WB_ROWS * HA)
 #define WB_GRAD_H_T_FLOATS (2 * WB_N * FRD_HIDDEN + WG * WB_ROWS * WB_LDR)
-#define WB_GRAD_W2_FLOATS (2 * WB_N * BK + STAGES * BK * (HA + WB_LDT))
-#define WB_GRAD_W1_FLOATS (2 * WB_N * BK + STAGES * 2 * BK * WB_LDT)
+#define WB_GRAD_W2_FLOATS (4 * WB_N * BK + STAGES * BK * (HA + WB_LDT))
+#define WB_GRAD_W1_FLOATS (4 * WB_N * BK + STAGES * 2 * BK * WB_LDT)
 static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma backward is built for 128 x 128");
 static_assert(HA <= 112 && HA > 104, "G's k-steps: 105..112 logits");
 static_assert(BK % 16 == 0, "batch steps of whole k-step pairs, 16-byte aligned G spans");
@@ -55,20 +55,21 @@ __device__ __forceinline__ void copy_part(float* dst, const float* src, int byte
                  :: "r"(smem_address(dst)), "l"(src), "r"(bytes) : "memory");
 }
 
-// rows [r0, r0 + rows) of x [M, COLS] into buf: COLS % 4 != 0 as one contiguous span at stride
-// COLS, else row by row at stride LD (rows past M zero); by `threads` threads from `tid`
-template <int COLS, int LD>
+// rows [r0, r0 + ROWS) of x [M, COLS] into buf: COLS % 4 != 0 as one contiguous span at stride
+// COLS, else row by row at stride LD (rows past M zero); by NT threads from `tid`, unrolled
+// so that each copy's offsets are fixed a thread
+template <int ROWS, int COLS, int LD, int NT>
 __device__ __forceinline__ void wb_copy_rows(float* buf, const float* __restrict__ x, int r0,
-                                             int rows, int M, int tid, int threads) {
-    if constexpr (COLS % 4 != 0) {
-        const int n = max(0, min(rows, M - r0)) * COLS;
-        const float* src = x + (size_t)r0 * COLS;
-        for (int c = tid; c < rows * COLS / 4; c += threads) {
-            const int v = min(max(n - 4 * c, 0), 4);
-            copy_part(buf + 4 * c, v ? src + 4 * c : x, 4 * v);
-        }
-    } else {
-        for (int e = tid; e < rows * COLS / 4; e += threads) {
+                                             int M, int tid) {
+    constexpr int N4 = (ROWS * COLS + 3) / 4;  // 16-byte copies
+#pragma unroll
+    for (int i = 0; i < (N4 + NT - 1) / NT; ++i) {
+        const int e = tid + i * NT;
+        if (N4 % NT != 0 && e >= N4) break;
+        if constexpr (COLS % 4 != 0) {
+            const int v = min(max(max(0, min(ROWS, M - r0)) * COLS - 4 * e, 0), 4);
+            copy_part(buf + 4 * e, v ? x + (size_t)r0 * COLS + 4 * e : x, 4 * v);
+        } else {
             const int r = e / (COLS / 4), c = 4 * (e % (COLS / 4));
             const bool in = r0 + r < M;
             copy16(buf + r * LD + c, in ? x + (size_t)(r0 + r) * COLS + c : x, in);
@@ -129,7 +130,7 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
     float* buf = ws + WB_N * KP + wg * TILE;
     const int tiles = (M + WB_ROWS - 1) / WB_ROWS, stride = gridDim.x * WG;
     auto load = [&](int tile) {  // one commit group a tile (empty past the last)
-        if (tile < tiles) wb_copy_rows<KA, LD>(buf, a, tile * WB_ROWS, WB_ROWS, M, tid, 128);
+        if (tile < tiles) wb_copy_rows<WB_ROWS, KA, LD, 128>(buf, a, tile * WB_ROWS, M, tid);
         commit_copies();
     };
     int tile = blockIdx.x * WG + wg;
@@ -182,8 +183,11 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
                 wgmma_3xtf32(d, big[s], small[s], wb + kb, ws + kb, WB_N);
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // A's registers free
+            // the chunk before is done (its A registers free): this one's products overlap the
+            // next chunk's fragment reads
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         const bool next = tile + stride < tiles;
         if constexpr (MASK)
             if (next) wb_mask_load(hv, mask, (tile + stride) * WB_ROWS + 16 * warp, M, lane);
@@ -201,7 +205,8 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
 }
 
 // scratch row blockIdx.x = [A^T X | sum_b A] over batch rows [begin, end) of this block, A
-// [B, MA] (masked by `mask` under MASK), X [B, WB_N]
+// [B, MA] (masked by `mask` under MASK), X [B, WB_N]. Step i's X halves go to buffer i % 2, so
+// its copies, mask loads and transposed split overlap step i - 1's products.
 template <int MA, bool MASK>
 __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
                                                const float* __restrict__ mask,
@@ -211,9 +216,9 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
     constexpr int LDA = MA % 4 ? MA : WB_LDT;
     constexpr int ATILE = BK * LDA;
     constexpr int STEP = ATILE + BK * WB_LDT;  // a step's raw tiles
-    float* xb = reinterpret_cast<float*>(dynamic_smem);  // X tile big [WB_N x BK], core layout
-    float* xs = xb + WB_N * BK;                           // X tile small
-    float* raw = xs + WB_N * BK;                          // STAGES steps of (A, X) tiles
+    constexpr int XH = WB_N * BK;              // an X half [WB_N x BK], core layout
+    float* xbuf = reinterpret_cast<float*>(dynamic_smem);  // 2 x (X big, X small)
+    float* raw = xbuf + 4 * XH;                             // STAGES steps of (A, X) tiles
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int begin = blockIdx.x * rows_per_block, end = min(B, begin + rows_per_block);
@@ -223,9 +228,8 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
         const int b0 = begin + i * BK;
         if (b0 < end) {
             float* at = raw + (i % STAGES) * STEP;
-            wb_copy_rows<MA, LDA>(at, a, b0, BK, end, threadIdx.x, WB_GRAD_THREADS);
-            wb_copy_rows<WB_N, WB_LDT>(at + STEP - BK * WB_LDT, x, b0, BK, end, threadIdx.x,
-                                       WB_GRAD_THREADS);
+            wb_copy_rows<BK, MA, LDA, WB_GRAD_THREADS>(at, a, b0, end, threadIdx.x);
+            wb_copy_rows<BK, WB_N, WB_LDT, WB_GRAD_THREADS>(at + ATILE, x, b0, end, threadIdx.x);
         }
         commit_copies();
     };
@@ -237,10 +241,12 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
     for (int i = 0; i < STAGES - 1; ++i) load(i);
     for (int b0 = begin, i = 0; b0 < end; b0 += BK, ++i) {
         const float* ra = raw + (i % STAGES) * STEP;
-        const float* rx = ra + STEP - BK * WB_LDT;
+        const float* rx = ra + ATILE;
+        float* xb = xbuf + (i & 1) * 2 * XH;
+        float* xs = xb + XH;
         wait_copies<STAGES - 2>();
-        __syncthreads();  // step i's tiles are in; step i - 1 is done with its slot and xb, xs
-        float hid[MASK ? BK / 8 : 1][4];  // hidden at a_i's (row, column), used after X's split
+        __syncthreads();  // step i's tiles are in; step i - 1 has read its slot
+        float hid[MASK ? BK / 8 : 1][4];  // hidden at a_i's (row, column)
         if constexpr (MASK) {
 #pragma unroll
             for (int s = 0; s < BK / 8; ++s)
@@ -251,16 +257,21 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
                 }
         }
         load(i + STAGES - 1);  // into step i - 1's slot
-        // X transposed and split: lane L takes n = 8j + L / 4, k = 4i + L % 4
-        for (int e = threadIdx.x; e < WB_N * BK; e += WB_GRAD_THREADS) {
-            const int blk = e / 32, L = e % 32;
+        // X transposed and split: element e = threadIdx.x + 256 j is (n = 8 (e / 32 % 16) + L / 4,
+        // k = 4 (e / 512) + L % 4), at core offset e: consecutive stores, reads on 32 banks
+#pragma unroll
+        for (int j = 0; j < XH / WB_GRAD_THREADS; ++j) {
+            const int e = threadIdx.x + j * WB_GRAD_THREADS, blk = e / 32, L = e % 32;
             const int n = 8 * (blk % (WB_N / 8)) + L / 4, k = 4 * (blk / (WB_N / 8)) + L % 4;
             unsigned big, small;
             split(rx[k * WB_LDT + n], big, small);
-            xb[core_offset(n, k, WB_N)] = __uint_as_float(big);
-            xs[core_offset(n, k, WB_N)] = __uint_as_float(small);
+            xb[e] = __uint_as_float(big);
+            xs[e] = __uint_as_float(small);
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        // step i - 1's products are done: A's registers are free, and after the barrier every
+        // warpgroup's, so step i + 1 may write their buffer
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         __syncthreads();
         unsigned big[BK / 8][4], small[BK / 8][4];
 #pragma unroll
@@ -280,8 +291,8 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
             wgmma_3xtf32(d, big[s], small[s], xb + kb, xs + kb, WB_N);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     float* out = scratch + (size_t)blockIdx.x * (MA * WB_N + MA);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
