@@ -38,7 +38,8 @@
 #   source .gpu/env.sh && STEPS="tests validate" bash probes/gpu_round.sh $OUT <commit>
 # $VALIDATE lists the validation runs, space-separated, each a --kernels value (default: pool,
 # then every other family; a family left out keeps its record), $VALIDATE_S seconds each;
-# $VALIDATE_PROOF an identity proof whose unchanged variants keep their clean sanitizer results.
+# $VALIDATE_PROOF identity proofs (space-separated) whose unchanged variants keep their clean
+# sanitizer results.
 set -uo pipefail
 out=${1:?usage: gpu_round.sh OUT COMMIT}; commit=${2:?usage: gpu_round.sh OUT COMMIT}
 steps=" ${STEPS:-ab abmin tests validate stepsan probe whole train} "
@@ -133,9 +134,11 @@ if has validate; then
     # sanitizer results, and the families not run keep theirs
     mkdir -p "$out/validate/rep/nvidia-h200"
     cp reports/nvidia-h200/validation.json "$out/validate/rep/nvidia-h200/"
+    proofs=()
+    for proof in ${VALIDATE_PROOF:-}; do proofs+=(--proof "$proof"); done
     for kernels in ${VALIDATE:-pool frdhead,resgate,residual,gate,frd,reduce,adam multiadam,headloss}; do
         timeout "${VALIDATE_S:-230}" pycuda-heads validate --sanitize --out "$out/validate/rep" \
-            --kernels "$kernels" --commit "$commit" ${VALIDATE_PROOF:+--proof "$VALIDATE_PROOF"} \
+            --kernels "$kernels" --commit "$commit" "${proofs[@]}" \
             >> "$out/validate/validate.log" 2>&1
         echo "rc=$? ($kernels)" >> "$out/validate/validate.log"
     done
