@@ -17,7 +17,7 @@
 // read (and masked), split and multiplied CS k-steps at a time, and once a tile's last chunk is
 // in registers its buffer takes the next tile's copies (during that chunk's products and the
 // stores). Under the mask each warp loads its 16 hidden rows of the next tile (a float4 a lane)
-// before the stores, and keeps two words of their signs after them.
+// before the products, and keeps two words of their signs after the stores.
 // Weight gradients, g [MA, 128] = A^T X summed over the batch (the product's K): a block of two
 // warpgroups (output rows 0-63 and 64-127; rows >= MA are not stored) walks a contiguous slice
 // of the batch BK rows a step, the next STAGES - 1 steps' raw tiles in flight; each step
@@ -160,6 +160,9 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
         for (int i = 0; i < 64; ++i) d[i] = 0.f;
         wait_copies<0>();
         wg_barrier(wg);
+        const bool next = tile + stride < tiles;
+        if constexpr (MASK)  // the next tile's mask rows arrive during this tile's products
+            if (next) wb_mask_load(hv, mask, (tile + stride) * WB_ROWS + 16 * warp, M, lane);
 #pragma unroll
         for (int s0 = 0; s0 < KP / 8; s0 += CS) {
             unsigned big[CS][4], small[CS][4];
@@ -188,9 +191,6 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        const bool next = tile + stride < tiles;
-        if constexpr (MASK)
-            if (next) wb_mask_load(hv, mask, (tile + stride) * WB_ROWS + 16 * warp, M, lane);
         const int r0 = tile * WB_ROWS + m;
 #pragma unroll
         for (int j = 0; j < WB_N / 8; ++j)
