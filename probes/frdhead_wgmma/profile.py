@@ -12,7 +12,8 @@ import pycuda_heads as ph
 from pycuda_heads.core import device
 
 B, D, F, H, A = 65536, 128, 128, 5, 21
-GRAD_W1 = {"wgmma": {"BM": 32, "CHUNK": 256, "WGMMA": 1, "WG": 2, "CS": 8, "BK": 16, "OCC": 2},
+GRAD_W1 = {"wgmma": {"BM": 32, "CHUNK": 256, "WGMMA": 1, "WG": 2, "CS": 4, "BK": 16, "OCC": 2,
+                     "STAGES": 2},
            "mma_sync": {"BM": 32, "CHUNK": 512, "WGMMA": 0}}
 
 
