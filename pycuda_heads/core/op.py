@@ -74,6 +74,7 @@ class Op:
         if unknown:
             raise ValueError(f"{name}: launch= has unknown kernels {sorted(unknown)}; "
                              f"expected keys among {sorted(self.SPACES)}")
+        self._given = {role: dict(p) for role, p in launch.items()}
         self._user = {role: self.SPACES[role].complete(p, self.template)
                       for role, p in launch.items()}
         for role, params in self._user.items():
@@ -125,7 +126,12 @@ class Op:
     def _resolve(self, role: str, shape: Mapping[str, int]) -> dict[str, Any]:
         space = self.SPACES[role]
         if role in self._user:
-            params, source = self._user[role], "user"
+            # knobs left out that cannot run this shape (shared memory) give way to the nearest
+            # point that keeps every given one
+            params = space.nearest(self._user[role], self.template,
+                                   {**shape, "MAX_SHARED_BYTES": self._max_shared},
+                                   keep=self._given[role])
+            source = "user"
         else:
             if self.use_table:
                 tuned, source = lookup(space.kernel, self.template, shape, self._slug,

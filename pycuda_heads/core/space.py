@@ -123,14 +123,17 @@ class KernelSpace:
         return self._valid[memo]
 
     def nearest(self, point: Mapping[str, Any], env: Mapping[str, Any],
-                shape: Mapping[str, Any] | None = None) -> Point:
+                shape: Mapping[str, Any] | None = None,
+                keep: Mapping[str, Any] | None = None) -> Point:
         """``point`` if it is valid here, else the valid point sharing most knob values with it
-        (a default written for HIDDEN_DIM % 4 == 0 must still serve HIDDEN_DIM = 30); ``point``
-        itself when no point is valid."""
+        and every value of ``keep`` (a default written for HIDDEN_DIM % 4 == 0 must still serve
+        HIDDEN_DIM = 30); ``point`` itself when no point is valid."""
         if self.violated(point, env, shape) is None:
             return dict(point)
+        keep = keep or {}
         return next((p for p in self._alike(env, point)
-                     if shape is None or self._launch_violated(p, env, shape) is None),
+                     if all(p[k] == v for k, v in keep.items())
+                     and (shape is None or self._launch_violated(p, env, shape) is None)),
                     dict(point))
 
     def complete(self, partial: Mapping[str, Any] | None,
