@@ -143,6 +143,16 @@ def test_wgmma_refuses_what_it_cannot_run():
         head.forward(h_t, w1, b1, w2, b2)
 
 
+def test_wgmma_is_refused_in_words_on_a_gpu_that_is_not_hopper(monkeypatch):
+    """The backward's WGMMA entries build for sm_90a; another GPU is told so before any compile."""
+    from pycuda_heads.core import device
+    monkeypatch.setattr(device, "compute_capability", lambda: (8, 0))
+    head = ph.FrdHead(128, 128, 5, 21)
+    point = head.SPACES["grad_w1"].complete({"WGMMA": 1}, head.template)
+    with pytest.raises(ValueError, match=r"FrdHead.grad_w1: WGMMA=1 needs an sm_90 GPU .* sm_80"):
+        head.kernel("grad_w1", point)
+
+
 @pytest.mark.parametrize("variant", VARIANTS + LOSS_VARIANTS, ids=_id)
 def test_variants_match_reference_at_odd_sizes(variant):
     kernel, params = variant

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 from . import device
-from .compile import NVCC_OPTIONS, Kernel, get_kernel
+from .compile import NVCC_OPTIONS, WGMMA_KNOB, Kernel, get_kernel, variant_arch
 from .source import render
 from .space import KernelSpace
 from .tuned import lookup
@@ -164,6 +164,10 @@ class Op:
         key = (role, *params.items())
         k = self._kernels.get(key)
         if k is None:
+            # a variant built for sm_90a is refused in words on another GPU, not by the driver
+            if variant_arch(params) and (cc := device.compute_capability()) != (9, 0):
+                raise ValueError(f"{type(self).__name__}.{role}: {WGMMA_KNOB}=1 needs an sm_90 "
+                                 f"GPU (Hopper), this one is sm_{''.join(map(str, cc))}")
             k = self._kernels[key] = get_kernel(self.FAMILY, f"{self.FAMILY}_{role}",
                                                 {**self.template, **params}, self.SOURCE_DIR,
                                                 self.PDL)

@@ -154,15 +154,14 @@ FORWARD_LOSS_SPACE = KernelSpace(
 # CS k-steps a chunk) and a weight gradient (BK batch rows a step, OCC blocks an SM, a ring of
 # STAGES steps' raw tiles) on Hopper's warpgroup MMA, for the model's head shape; knobs pinned
 # under the other engine as above.
-_GRAD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (2, 4, 8), "BK": (16, 32, 64),
+_GRAD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (2, 4, 8), "BK": (16, 32),
                "OCC": (1, 2), "STAGES": (2, 3, 4)}
 _GRAD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 4, "BK": 32, "OCC": 2,
                  "STAGES": 2}
-# BK * OCC: a weight-gradient thread holds 64 accumulators and BK fragment registers, within
-# the 128 registers of two 256-thread blocks an SM at BK <= 32.
+# BK 64 is not a value: a step's X halves are double-buffered, and at 64 rows they and the
+# ring of raw tiles need more shared memory than an SM has.
 _GRAD_RULES = (_CHUNK_RULE,
                "WGMMA == 1 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2 and STAGES == 2)",
-               "BK * OCC <= 64",
                "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
                _WG_SHAPE_RULE)
 
@@ -223,7 +222,6 @@ class FrdHead(Op):
                           "N_ATOMS": n_atoms}, launch)
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
-        self._capability: tuple[int, int] | None = None  # the device's, on the first WGMMA use
         #: (role, B) -> the WGMMA engine's first launch (bound kernel, grid, block, shared bytes)
         self._first_launches: dict[tuple[str, int], tuple] = {}
 
@@ -286,15 +284,8 @@ class FrdHead(Op):
         return geometry
 
     def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
-        """Under WGMMA a role's entry is ``frdhead_wg_<role>`` (sm_90 only)."""
-        if not params.get("WGMMA"):
-            return super().kernel(role, params)
-        if self._capability is None:
-            self._capability = device.compute_capability()
-        if self._capability != (9, 0):
-            raise ValueError(f"{type(self).__name__}: WGMMA=1 needs an sm_90 GPU (Hopper), "
-                             f"this one is sm_{''.join(map(str, self._capability))}")
-        return super().kernel(f"wg_{role}", params)
+        """Under WGMMA a role's entry is ``frdhead_wg_<role>``."""
+        return super().kernel(f"wg_{role}" if params.get("WGMMA") else role, params)
 
     def _aligned(self, **arrays: Any) -> None:
         """The WGMMA engine copies these arrays' rows in 16-byte pieces."""

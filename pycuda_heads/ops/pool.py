@@ -291,14 +291,6 @@ class PerHorizonAttentionPool(HorizonOp):
                     K=kv, scale=self._scale, B=bv, shared=plan.shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, h * d, stream, (h, d)), grad_ln
 
-    def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
-        """LAYOUT 6 is built for sm_90a (WGMMA): another GPU is refused in words, not by the
-        driver."""
-        if params.get("WGMMA") and (cc := device.compute_capability()) != (9, 0):
-            raise ValueError(f"{type(self).__name__}: LAYOUT 6 (WGMMA) needs an sm_90 GPU "
-                             f"(Hopper), this one is sm_{''.join(map(str, cc))}")
-        return super().kernel(role, params)
-
     def _join(self, role: str) -> Any:
         """Split-K's kernel ``pool_<role>`` (pool.cu with POOL_SPLIT)."""
         return self.kernel(role, {"POOL_SPLIT": 1})
