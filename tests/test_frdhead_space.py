@@ -26,5 +26,5 @@ def test_a_partial_override_finds_a_point_that_fits(space):
 
 
 def test_a_full_point_that_does_not_fit_stays_as_given():
-    full = {**GRAD_W2_SPACE.default, "WGMMA": 1, "BK": 32, "OCC": 2}  # 2 x 165 KB
+    full = {**GRAD_W2_SPACE.default, "WGMMA": 1, "BK": 32, "OCC": 2}  # 2 x 168448 B
     assert GRAD_W2_SPACE.nearest(full, HEAD, SHAPE, keep=full) == full

@@ -1,6 +1,7 @@
-"""SASS of one FrdHead variant (no GPU): ptxas's resources and warnings, and the opcode counts
-of the entry's hottest loop (the largest block between a backward branch's target and the
-branch), to count a step's instructions before and after a kernel edit.
+"""SASS of one FrdHead variant (no GPU): ptxas's resources and warnings a kernel entry, and the
+opcode counts of each entry's largest loop (the longest span from a backward branch's target to
+the branch: the step or tile loop), to count a step's instructions before and after a kernel
+edit. Needs `cuobjdump` on the PATH (pip install nvidia-cuda-cuobjdump).
 
     python probes/frdhead_wgmma/sass.py grad_w1 '{"WGMMA": 1, "BK": 16, ...}' [--dump F]
 """
@@ -23,7 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("role")
     ap.add_argument("params", help="JSON: the point's knobs (the rest at the space's defaults)")
-    ap.add_argument("--entry", help="the entry to read (default: every WGMMA entry of the role)")
+    ap.add_argument("--entry", help="the entry to read (default: every entry of the module)")
     ap.add_argument("--dump", type=Path, help="write the whole SASS here")
     a = ap.parse_args()
     spec = catalog()[f"frdhead.{a.role}"]
@@ -37,8 +38,8 @@ def main() -> None:
                               "-o", str(cubin), str(cu)], capture_output=True, text=True)
         if log.returncode:
             raise SystemExit(log.stderr)
-        print("\n".join(ln for ln in log.stderr.splitlines()
-                        if "registers" in ln or "arning" in ln or "spill" in ln))
+        print("\n".join(ln for ln in log.stderr.splitlines()  # an entry's lines follow its name
+                        if any(w in ln for w in ("Compiling entry", "registers", "arning", "spill"))))
         sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True,
                               text=True, check=True).stdout
     if a.dump:
@@ -50,7 +51,6 @@ def main() -> None:
         addr = [int(x, 16) for x, _ in ins]
         best = (0, 0, 0)
         for i, (_, text) in enumerate(ins):  # backward branches: loops
-            m = re.search(r"BRA\s+(?:.*?)`?\(?\.?L_x_\d+\)?|BRA\s+0x([0-9a-f]+)", text)
             tgt = re.search(r"0x([0-9a-f]+)", text) if "BRA" in text else None
             if tgt and int(tgt.group(1), 16) < addr[i]:
                 j = addr.index(int(tgt.group(1), 16)) if int(tgt.group(1), 16) in addr else 0
@@ -59,7 +59,7 @@ def main() -> None:
         n, j, i = best
         ops = collections.Counter(t.split()[0].lstrip("@!P0123456789T").split(".")[0] or t.split()[1]
                                   for _, t in ins[j:i + 1])
-        print(f"{name}: {len(ins)} instructions, hottest loop {n} ({addr[j]:#x}..{addr[i]:#x}):")
+        print(f"{name}: {len(ins)} instructions, largest loop {n} ({addr[j]:#x}..{addr[i]:#x}):")
         print("  " + ", ".join(f"{k} {v}" for k, v in ops.most_common(24)))
 
 
