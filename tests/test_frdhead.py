@@ -149,7 +149,8 @@ def test_wgmma_is_refused_in_words_on_a_gpu_that_is_not_hopper(monkeypatch):
     monkeypatch.setattr(device, "compute_capability", lambda: (8, 0))
     head = ph.FrdHead(128, 128, 5, 21)
     point = head.SPACES["grad_w1"].complete({"WGMMA": 1}, head.template)
-    with pytest.raises(ValueError, match=r"FrdHead.grad_w1: WGMMA=1 needs an sm_90 GPU .* sm_80"):
+    message = r"frdhead_wg_grad_w1 is built with WGMMA=1, which needs an sm_90 GPU .* sm_80"
+    with pytest.raises(ValueError, match=message):
         head.kernel("grad_w1", point)
 
 

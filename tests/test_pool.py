@@ -328,7 +328,8 @@ def test_layout_6_is_refused_in_words_on_a_gpu_that_is_not_hopper(monkeypatch):
     pool = ph.PerHorizonAttentionPool(32, 128)
     point = pool.SPACES["forward"].complete({"LAYOUT": 6, "WGMMA": 1, "BLOCK": 256},
                                               {"N_HORIZONS": 32, "HIDDEN_DIM": 128})
-    with pytest.raises(ValueError, match=r"WGMMA=1 needs an sm_90 GPU .* sm_80"):
+    message = r"pool_forward is built with WGMMA=1, which needs an sm_90 GPU .* sm_80"
+    with pytest.raises(ValueError, match=message):
         pool.kernel("forward", point)
 
 

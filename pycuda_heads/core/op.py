@@ -165,10 +165,12 @@ class Op:
         k = self._kernels.get(key)
         if k is None:
             # a variant built for sm_90a is refused in words on another GPU, not by the driver
+            entry = f"{self.FAMILY}_{role}"
             if variant_arch(params) and (cc := device.compute_capability()) != (9, 0):
-                raise ValueError(f"{type(self).__name__}.{role}: {WGMMA_KNOB}=1 needs an sm_90 "
-                                 f"GPU (Hopper), this one is sm_{''.join(map(str, cc))}")
-            k = self._kernels[key] = get_kernel(self.FAMILY, f"{self.FAMILY}_{role}",
+                raise ValueError(f"{type(self).__name__}: {entry} is built with {WGMMA_KNOB}=1, "
+                                 f"which needs an sm_90 GPU (Hopper); this one is "
+                                 f"sm_{''.join(map(str, cc))}")
+            k = self._kernels[key] = get_kernel(self.FAMILY, entry,
                                                 {**self.template, **params}, self.SOURCE_DIR,
                                                 self.PDL)
         return k
