@@ -52,52 +52,66 @@ __device__ __forceinline__ void wg_load_tile(float* buf, const float* __restrict
 // block's threads with 16-byte loads: physical columns 16c + 4q .. + 3 are logical (k-step 2c,
 // q), (2c, q + 4), (2c + 1, q), (2c + 1, q + 4); lane L takes row n % 8 = L / 4 and q = L % 4,
 // so a warp's stores hit 32 banks.
+// The loads go out in batches of at most 16 float4 a thread before the first split, so that
+// the block waits out a round trip to L2 a batch, not a load.
 template <int ROWS>
 __device__ __forceinline__ void wg_stage_split(float* wb, float* ws, const float* __restrict__ w,
                                                int n_valid) {
-#pragma unroll 8
-    for (int e = threadIdx.x; e < ROWS * WG_K / 4; e += WG_THREADS) {
-        const int L = e % 32, blk = e / 32;
-        const int n = 8 * (blk % (ROWS / 8)) + L / 4, c = blk / (ROWS / 8), q = L % 4;
-        const float4 v = n < n_valid
-            ? __ldg(reinterpret_cast<const float4*>(w) + n * (WG_K / 4) + 4 * c + q)
-            : make_float4(0.f, 0.f, 0.f, 0.f);
-        const float vs[4] = {v.x, v.y, v.z, v.w};
+    constexpr int PER = ROWS * WG_K / 4 / WG_THREADS, NB = (PER + 15) / 16, BATCH = PER / NB;
+    static_assert(ROWS * WG_K / 4 % WG_THREADS == 0 && PER % NB == 0, "whole batches of loads");
+#pragma unroll 1
+    for (int j0 = 0; j0 < PER; j0 += BATCH) {
+        float4 v[BATCH];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int l = 8 * (2 * c + (i >> 1)) + q + 4 * (i & 1);
-            unsigned big, small;
-            split(vs[i], big, small);
-            wb[core_offset(n, l, ROWS)] = __uint_as_float(big);
-            ws[core_offset(n, l, ROWS)] = __uint_as_float(small);
+        for (int j = 0; j < BATCH; ++j) {
+            const int e = threadIdx.x + (j0 + j) * WG_THREADS, L = e % 32, blk = e / 32;
+            const int n = 8 * (blk % (ROWS / 8)) + L / 4, c = blk / (ROWS / 8), q = L % 4;
+            v[j] = n < n_valid
+                ? __ldg(reinterpret_cast<const float4*>(w) + n * (WG_K / 4) + 4 * c + q)
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int e = threadIdx.x + (j0 + j) * WG_THREADS, L = e % 32, blk = e / 32;
+            const int n = 8 * (blk % (ROWS / 8)) + L / 4, c = blk / (ROWS / 8), q = L % 4;
+            const float vs[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int l = 8 * (2 * c + (i >> 1)) + q + 4 * (i & 1);
+                unsigned big, small;
+                split(vs[i], big, small);
+                wb[core_offset(n, l, ROWS)] = __uint_as_float(big);
+                ws[core_offset(n, l, ROWS)] = __uint_as_float(small);
+            }
         }
     }
 }
 
 // d = A . B^T over WG_K for the warp's 16 rows of the tile in buf, B's halves wb, ws of
-// ROWS = 2 * NACC rows, in 3xTF32: small.big + big.small + big.big a k-step. After the last
-// chunk's fragments are read, tile_read() runs: the buffer may take the next tile.
+// ROWS = 2 * NACC rows, in 3xTF32: small.big + big.small + big.big a k-step. The whole tile's
+// fragments are read into registers first, then tile_read() runs: the buffer takes the next
+// tile's copies during all of this tile's products, not only its last chunk's.
 template <int NACC, class Read>
 __device__ __forceinline__ void wg_tile_products(float (&d)[NACC], const float* buf,
                                                  const float* wb, const float* ws, int warp,
                                                  int g, int t, Read tile_read) {
     constexpr int ROWS = 2 * NACC;
+    float4 raw[WG_K / 16][2];  // physical columns 16c + 4t .. + 3 of rows g and g + 8
+#pragma unroll
+    for (int c = 0; c < WG_K / 16; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            raw[c][h] = *reinterpret_cast<const float4*>(
+                buf + WG_XOFF(16 * warp + g + 8 * h, 16 * c + 4 * t));
+    tile_read();
 #pragma unroll
     for (int i = 0; i < NACC; ++i) d[i] = 0.f;
 #pragma unroll
     for (int c0 = 0; c0 < WG_K / 8; c0 += CS) {
-        float4 raw[CS / 2][2];  // physical columns 16c + 4t .. + 3 of rows g and g + 8
-#pragma unroll
-        for (int c = 0; c < CS / 2; ++c)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                raw[c][h] = *reinterpret_cast<const float4*>(
-                    buf + WG_XOFF(16 * warp + g + 8 * h, 16 * (c0 / 2 + c) + 4 * t));
-        if (c0 + CS == WG_K / 8) tile_read();
         unsigned big[CS][4], small[CS][4];
 #pragma unroll
         for (int s = 0; s < CS; ++s) {
-            const float4 r0 = raw[s / 2][0], r1 = raw[s / 2][1];
+            const float4 r0 = raw[(c0 + s) / 2][0], r1 = raw[(c0 + s) / 2][1];
             split(s & 1 ? r0.z : r0.x, big[s][0], small[s][0]);
             split(s & 1 ? r1.z : r1.x, big[s][1], small[s][1]);
             split(s & 1 ? r0.w : r0.y, big[s][2], small[s][2]);
@@ -111,7 +125,7 @@ __device__ __forceinline__ void wg_tile_products(float (&d)[NACC], const float* 
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         // the chunk before is done (its A registers free): this one's products overlap the
-        // next chunk's fragment reads
+        // next chunk's splits
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

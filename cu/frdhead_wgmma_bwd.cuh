@@ -7,9 +7,9 @@
 //            frdhead_wg_grad_w1   scratch row j = [dpre^T h_t | sum_b dpre]
 // Why not one kernel a stage: the row product's W^T halves and the weight gradient's transposed
 // tiles, each double-buffered, do not fit one block's shared memory.
-// The ReLU mask (hidden > 0) is read from global memory into registers, not staged beside dpre:
-// a hidden tile would leave room for one warpgroup a row-product block and a third raw tile a
-// weight-gradient step.
+// The row product reads the ReLU mask (hidden > 0) from global memory into registers: a hidden
+// tile beside dpre's would leave room for one warpgroup a block. The weight gradient copies it
+// with the step's tiles: loaded as the step starts, its values kept the step waiting on them.
 //
 // Row products, y [B, 128] = A W with W [KA, 128] row-major: a block of WG warpgroups stages
 // W^T once, split into big and small halves in the K-major core-matrix layout (k padded to a
@@ -22,9 +22,8 @@
 // warpgroups (output rows 0-63 and 64-127; rows >= MA are not stored) walks a contiguous slice
 // of the batch BK rows a step, the next STAGES - 1 steps' raw tiles in flight; each step
 // transposes and splits its X tile into the core-matrix layout, and A^T's fragments come from
-// the raw A tile, whose values also feed the bias sums (a quad's butterfly at the end); under
-// the mask each thread loads hidden at its fragments' positions as the step starts (8 floats of
-// a row: one 32-byte sector a quarter-warp).
+// the raw A tile (masked by the step's hidden tile), whose values also feed the bias sums (a
+// quad's butterfly at the end).
 // G's rows (HA floats) are not 16-byte aligned, so its tiles are copied as one contiguous span
 // (a tile starts at a multiple of 64 or BK rows: 16-byte aligned) and read at row stride HA.
 // Fixed orders everywhere (k ascending within a wgmma, the passes in order, the batch steps in
@@ -44,7 +43,7 @@
 #define WB_DHIDDEN_FLOATS (2 * WB_N * WB_KG + WG * WB_ROWS * HA)
 #define WB_GRAD_H_T_FLOATS (2 * WB_N * FRD_HIDDEN + WG * WB_ROWS * WB_LDR)
 #define WB_GRAD_W2_FLOATS (4 * WB_N * BK + STAGES * BK * (HA + WB_LDT))
-#define WB_GRAD_W1_FLOATS (4 * WB_N * BK + STAGES * 2 * BK * WB_LDT)
+#define WB_GRAD_W1_FLOATS (4 * WB_N * BK + STAGES * 3 * BK * WB_LDT)
 static_assert(D_IN == 128 && FRD_HIDDEN == 128, "the wgmma backward is built for 128 x 128");
 static_assert(HA <= 112 && HA > 104, "G's k-steps: 105..112 logits");
 static_assert(BK % 16 == 0, "batch steps of whole k-step pairs, 16-byte aligned G spans");
@@ -140,14 +139,29 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
     if constexpr (MASK)
         if (tile < tiles) wb_mask_load(hv, mask, tile * WB_ROWS + 16 * warp, M, lane);
     // W^T transposed and split: lane L takes n % 8 = L / 4 and k % 4 = L % 4 (stores hit 32
-    // banks; a warp reads 4 rows of W, 8 consecutive floats each)
-    for (int e = threadIdx.x; e < WB_N * KP; e += WB_RP_THREADS) {
-        const int L = e % 32, blk = e / 32;
-        const int n = 8 * (blk % (WB_N / 8)) + L / 4, k = 4 * (blk / (WB_N / 8)) + L % 4;
-        unsigned big, small;
-        split(k < KA ? __ldg(w + (size_t)k * WB_N + n) : 0.f, big, small);
-        wb[core_offset(n, k, WB_N)] = __uint_as_float(big);
-        ws[core_offset(n, k, WB_N)] = __uint_as_float(small);
+    // banks; a warp reads 4 rows of W, 8 consecutive floats each). A thread's loads go out in
+    // batches of at most 32 before the first split: one at a time, the block waited out 64
+    // round trips to L2.
+    constexpr int PER = WB_N * KP / WB_RP_THREADS, NB = (PER + 31) / 32, BATCH = PER / NB;
+    static_assert(PER % NB == 0, "whole batches of W's loads");
+#pragma unroll 1
+    for (int j0 = 0; j0 < PER; j0 += BATCH) {
+        float v[BATCH];
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int e = threadIdx.x + (j0 + j) * WB_RP_THREADS, L = e % 32, blk = e / 32;
+            const int n = 8 * (blk % (WB_N / 8)) + L / 4, k = 4 * (blk / (WB_N / 8)) + L % 4;
+            v[j] = k < KA ? __ldg(w + (size_t)k * WB_N + n) : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int e = threadIdx.x + (j0 + j) * WB_RP_THREADS, L = e % 32, blk = e / 32;
+            const int n = 8 * (blk % (WB_N / 8)) + L / 4, k = 4 * (blk / (WB_N / 8)) + L % 4;
+            unsigned big, small;
+            split(v[j], big, small);
+            wb[core_offset(n, k, WB_N)] = __uint_as_float(big);
+            ws[core_offset(n, k, WB_N)] = __uint_as_float(small);
+        }
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
     __syncthreads();
@@ -155,30 +169,35 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
         if (tile < tiles) wb_mask_bits(hv, bits, g, t);
     const int m = 16 * warp + g;  // the thread's first fragment row in the tile
     for (; tile < tiles; tile += stride) {
+        wait_copies<0>();
+        wg_barrier(wg);
+        // the whole tile's fragments (masked) into registers, then the buffer takes the next
+        // tile's copies during all of this tile's products and stores
+        float raw[KP / 8][4];
+#pragma unroll
+        for (int s = 0; s < KP / 8; ++s) {
+            const int k = 8 * s + t, q = 2 * s;  // k's sign bit q, k + 4's q + 1
+            const auto on = [&](int h, int b) { return !MASK || (bits[h] >> (q + b) & 1u); };
+            raw[s][0] = wb_at<KA>(buf, m, k, on(0, 0));
+            raw[s][1] = wb_at<KA>(buf, m + 8, k, on(1, 0));
+            raw[s][2] = wb_at<KA>(buf, m, k + 4, on(0, 1));
+            raw[s][3] = wb_at<KA>(buf, m + 8, k + 4, on(1, 1));
+        }
+        wg_barrier(wg);
+        const bool next = tile + stride < tiles;
+        load(tile + stride);
+        if constexpr (MASK)  // the next tile's mask rows arrive during this tile's products
+            if (next) wb_mask_load(hv, mask, (tile + stride) * WB_ROWS + 16 * warp, M, lane);
         float d[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) d[i] = 0.f;
-        wait_copies<0>();
-        wg_barrier(wg);
-        const bool next = tile + stride < tiles;
-        if constexpr (MASK)  // the next tile's mask rows arrive during this tile's products
-            if (next) wb_mask_load(hv, mask, (tile + stride) * WB_ROWS + 16 * warp, M, lane);
 #pragma unroll
         for (int s0 = 0; s0 < KP / 8; s0 += CS) {
             unsigned big[CS][4], small[CS][4];
 #pragma unroll
-            for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {  // the last chunk may be short
-                const int k = 8 * (s0 + s) + t, q = 2 * (s0 + s);  // k's sign bit q, k + 4's q + 1
-                const auto on = [&](int h, int b) { return !MASK || (bits[h] >> (q + b) & 1u); };
-                split(wb_at<KA>(buf, m, k, on(0, 0)), big[s][0], small[s][0]);
-                split(wb_at<KA>(buf, m + 8, k, on(1, 0)), big[s][1], small[s][1]);
-                split(wb_at<KA>(buf, m, k + 4, on(0, 1)), big[s][2], small[s][2]);
-                split(wb_at<KA>(buf, m + 8, k + 4, on(1, 1)), big[s][3], small[s][3]);
-            }
-            if (s0 + CS >= KP / 8) {  // the tile's fragments are in registers: its buffer takes
-                wg_barrier(wg);       // the next tile's copies during the products and stores
-                load(tile + stride);
-            }
+            for (int s = 0; s < CS && s0 + s < KP / 8; ++s)  // the last chunk may be short
+#pragma unroll
+                for (int i = 0; i < 4; ++i) split(raw[s0 + s][i], big[s][i], small[s][i]);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int s = 0; s < CS && s0 + s < KP / 8; ++s) {
@@ -187,7 +206,7 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             // the chunk before is done (its A registers free): this one's products overlap the
-            // next chunk's fragment reads
+            // next chunk's splits
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -205,8 +224,8 @@ __device__ __forceinline__ void wb_row_product(const float* __restrict__ a,
 }
 
 // scratch row blockIdx.x = [A^T X | sum_b A] over batch rows [begin, end) of this block, A
-// [B, MA] (masked by `mask` under MASK), X [B, WB_N]. Step i's X halves go to buffer i % 2, so
-// its copies, mask loads and transposed split overlap step i - 1's products.
+// [B, MA] (masked by `mask` [B, MA] under MASK), X [B, WB_N]. Step i's X halves go to buffer
+// i % 2, so its copies and transposed split overlap step i - 1's products.
 template <int MA, bool MASK>
 __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
                                                const float* __restrict__ mask,
@@ -215,7 +234,7 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
                                                const int rows_per_block) {
     constexpr int LDA = MA % 4 ? MA : WB_LDT;
     constexpr int ATILE = BK * LDA;
-    constexpr int STEP = ATILE + BK * WB_LDT;  // a step's raw tiles
+    constexpr int STEP = (MASK ? 2 : 1) * ATILE + BK * WB_LDT;  // a step's raw tiles: A, X, mask
     constexpr int XH = WB_N * BK;              // an X half [WB_N x BK], core layout
     float* xbuf = reinterpret_cast<float*>(dynamic_smem);  // 2 x (X big, X small)
     float* raw = xbuf + 4 * XH;                             // STAGES steps of (A, X) tiles
@@ -230,6 +249,9 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
             float* at = raw + (i % STAGES) * STEP;
             wb_copy_rows<BK, MA, LDA, WB_GRAD_THREADS>(at, a, b0, end, threadIdx.x);
             wb_copy_rows<BK, WB_N, WB_LDT, WB_GRAD_THREADS>(at + ATILE, x, b0, end, threadIdx.x);
+            if constexpr (MASK)
+                wb_copy_rows<BK, MA, LDA, WB_GRAD_THREADS>(at + ATILE + BK * WB_LDT, mask, b0, end,
+                                                           threadIdx.x);
         }
         commit_copies();
     };
@@ -242,20 +264,11 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
     for (int b0 = begin, i = 0; b0 < end; b0 += BK, ++i) {
         const float* ra = raw + (i % STAGES) * STEP;
         const float* rx = ra + ATILE;
+        const float* rh = rx + BK * WB_LDT;  // the mask tile (under MASK)
         float* xb = xbuf + (i & 1) * 2 * XH;
         float* xs = xb + XH;
         wait_copies<STAGES - 2>();
         __syncthreads();  // step i's tiles are in; step i - 1 has read its slot
-        float hid[MASK ? BK / 8 : 1][4];  // hidden at a_i's (row, column)
-        if constexpr (MASK) {
-#pragma unroll
-            for (int s = 0; s < BK / 8; ++s)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = b0 + 8 * s + t + 4 * (i >> 1);
-                    hid[s][i] = r < end ? __ldg(mask + (size_t)r * MA + m + 8 * (i & 1)) : 0.f;
-                }
-        }
         load(i + STAGES - 1);  // into step i - 1's slot
         // X transposed and split: element e = threadIdx.x + 256 j is (n = 8 (e / 32 % 16) + L / 4,
         // k = 4 (e / 512) + L % 4), at core offset e: consecutive stores, reads on 32 banks
@@ -280,7 +293,7 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
             for (int i = 0; i < 4; ++i) {  // a_i = A^T (m + 8 (i & 1), k = 8s + t + 4 (i >> 1))
                 const int r = 8 * s + t + 4 * (i >> 1), c = m + 8 * (i & 1);
                 float v = c < MA ? ra[r * LDA + c] : 0.f;
-                if constexpr (MASK) v = hid[s][i] > 0.f ? v : 0.f;
+                if constexpr (MASK) v = rh[r * LDA + c] > 0.f ? v : 0.f;
                 bias[i & 1] += v;
                 split(v, big[s][i], small[s][i]);
             }

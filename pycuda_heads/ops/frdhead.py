@@ -179,12 +179,11 @@ GRAD_W2_SPACE = KernelSpace(
                   "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"),
     launch_restrictions=_grad_launch("grad_w2"), shared_bytes=grad_w2_shared_bytes)
 
-# grad_w1's weight gradient also holds BK / 2 mask values a thread (hidden at its fragments'
-# positions): two blocks an SM only at BK 16.
+# grad_w1's weight gradient also stages the mask's tile a step: two blocks an SM fit shared
+# memory only at BK 16 (its launch restriction).
 GRAD_W1_SPACE = KernelSpace(
     kernel="frdhead.grad_w1", params=_GRAD_KNOBS, default=_GRAD_DEFAULT,
-    restrictions=(*_GRAD_RULES, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16",
-                  "WGMMA == 0 or OCC == 1 or BK <= 16"),
+    restrictions=(*_GRAD_RULES, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
     launch_restrictions=_grad_launch("grad_w1"), shared_bytes=grad_w1_shared_bytes)
 
 
