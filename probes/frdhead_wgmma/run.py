@@ -1,7 +1,9 @@
 """Issue 32 probe: the FRD head's first layer on wgmma against float64, cuBLAS (TF32 and FP32,
 through torch) and the library's whole FrdHead forward, at B = 65536, 16384, 1024 and 333 (a
 short last tile, checked only). Variants: ``smem`` is wgmma.cu (x split into shared memory),
-PASSES 3/1: 3xTF32 or plain TF32 (held to ``TF32_BOUND``). Each variant is checked first:
+PASSES 3/1: 3xTF32 or plain TF32 (held to ``TF32_BOUND``); ``fp16`` is wgmma_fp16.cu (two FP16
+pieces a value at the 16-bit tensor rate, PASSES 3/1 likewise; its TFLOP/s count 3xTF32's
+FLOPs, so the two compare as the head's work done per second). Each variant is checked first:
 outputs poisoned with NaN, every element written,
 error within the library's validation tolerance (``verify.checks.compare``) for 3xTF32, bitwise
 reruns; a variant that fails is not timed. Each variant runs in a process of its own, so one that
@@ -32,21 +34,27 @@ from pycuda_heads.verify.checks import compare
 HERE = Path(__file__).resolve().parent
 N, K, BM = 128, 128, 64
 BATCHES = (65536, 16384, 1024, 333)
-# name: (source, entry, -D defines, warpgroups a block, shared bytes)
+# name: (source, entry, -D defines, warpgroups a block, shared bytes[, blocks an SM])
 # Steps 2-5 (A from registers, the second layer with the loss) are in the library since
 # c993664 (cu/frdhead_wgmma.cuh, knob WGMMA; engine.py times it); their probe sources are in git
 # history, their records in reports/nvidia-h200/probes/frd_wgmma_step*.
 VARIANTS = {"smem_pass3": ("wgmma.cu", "wg_layer", {"PASSES": 3}, 1,
                            4 * (2 * N * K + 2 * BM * K)),
             "smem_pass1": ("wgmma.cu", "wg_layer", {"PASSES": 1}, 1,
-                           4 * (2 * N * K + 2 * BM * K))}
+                           4 * (2 * N * K + 2 * BM * K)),
+            # FP16 pieces scaled by powers of two (precision.py's fp16x2_one): w's halves 64 KB,
+            # x's fragments straight from global memory; not yet run on a GPU
+            **{f"fp16_pass{p}_wg{wg}_x{per_sm}": ("wgmma_fp16.cu", "wg_layer_f16",
+                                                  {"PASSES": p, "WG": wg}, wg,
+                                                  2 * 2 * N * K + 4 * N, per_sm)
+               for p in (3, 1) for wg, per_sm in ((2, 1), (1, 3))}}
 # plain TF32 is held to this bound instead of the library tolerance (it catches a wrong layout)
 TF32_BOUND = 2e-3
 
 
 def build(name: str) -> object:
     from pycuda.compiler import SourceModule
-    source, entry, defines, _, shared = VARIANTS[name]
+    source, entry, defines, _, shared, *_ = VARIANTS[name]
     options = ["-O3", f"-DN={N}", f"-DK={K}", *(f"-D{k}={v}" for k, v in defines.items())]
     with device.thread_context():
         fn = SourceModule((HERE / source).read_text(), no_extern_c=True, arch="sm_90a",
@@ -117,13 +125,13 @@ def variant(name: str) -> dict:
         fn = build(name)
     except Exception as exc:  # a variant that does not build is reported, not fatal
         return {"build_error": str(exc)[-2000:]}
-    _, _, defines, wg, shared = VARIANTS[name]
+    _, _, defines, wg, shared, *more = VARIANTS[name]
     out = {"registers": fn.num_regs, "batches": {}}
     for m in BATCHES:
         x, w, b, want, f32 = inputs(m)
         d_x, d_w, d_b = ga.to_gpu(x), ga.to_gpu(w), ga.to_gpu(b)
         d_y = ga.empty((m, N), np.float32)
-        grid = (min(device.sm_count(), -(-m // (BM * wg))), 1, 1)
+        grid = (min(device.sm_count() * (more[0] if more else 1), -(-m // (BM * wg))), 1, 1)
 
         def run():
             fn(d_x.gpudata, d_w.gpudata, d_b.gpudata, d_y.gpudata, np.int32(m), grid=grid,
@@ -191,12 +199,13 @@ def main(path: str, names: list[str]) -> None:
 def profile(name: str, m: int = BATCHES[0]) -> None:
     """One launch of a variant at batch m, for Nsight Compute."""
     fn = build(name)
-    _, _, _, wg, shared = VARIANTS[name]
+    _, _, _, wg, shared, *more = VARIANTS[name]
     x, w, b, _, _ = inputs(m)
     d_x, d_w, d_b = ga.to_gpu(x), ga.to_gpu(w), ga.to_gpu(b)
     d_y = ga.empty((m, N), np.float32)
     fn(d_x.gpudata, d_w.gpudata, d_b.gpudata, d_y.gpudata, np.int32(m),
-       grid=(min(device.sm_count(), -(-m // (BM * wg))), 1, 1), block=(128 * wg, 1, 1),
+       grid=(min(device.sm_count() * (more[0] if more else 1), -(-m // (BM * wg))), 1, 1),
+       block=(128 * wg, 1, 1),
        shared=shared)
     device.cuda().Context.synchronize()
 
