@@ -1,0 +1,156 @@
+// FP16 pieces for wgmma (sm_90a), shared by this folder's FP16 probes (wgmma_fp16.cu,
+// fused_fp16.cu): the K-major operand layout in halves, the power-of-two scale, the pair split and
+// the register-A products (m64n128k16, m64n112k16) with float32 accumulators. Include it after
+// the library's wgmma.cuh (which has no include guard: the library's renderer inlines it once).
+#pragma once
+#include <cuda_fp16.h>
+
+// half offset of element (r, k) of an R-row FP16 operand, no-swizzle K-major: core matrices of
+// 8 rows by 8 halves (128 contiguous bytes), k groups R * 16 bytes apart
+__device__ __forceinline__ int core_offset_h(int r, int k, int rows) {
+    return ((k >> 3) * (rows >> 3) + (r >> 3)) * 64 + (r & 7) * 8 + (k & 7);
+}
+
+// the logical k (within its 16-wide step) of physical column p % 16 = 4t + j
+__device__ __forceinline__ int logical_k(int p) {
+    const int t = (p & 15) >> 2, j = p & 3;
+    return (p & ~15) + 2 * t + (j & 1) + 8 * (j >> 1);
+}
+
+// 2^e with max * 2^e in [2^14, 2^15) (1 for max == 0; clamped for a max below 2^-113)
+__device__ __forceinline__ float pow2_scale(float max) {
+    const int e = (__float_as_int(max) >> 23) & 0xff;
+    return max > 0.f ? __int_as_float(min(268 - e, 254) << 23) : 1.f;
+}
+
+// big and small FP16 pieces of a (already scaled) pair, packed for the A fragment
+__device__ __forceinline__ void split_pair(float lo, float hi, unsigned& big, unsigned& small) {
+    const __half2 b = __floats2half2_rn(lo, hi);
+    const float2 bf = __half22float2(b);
+    const __half2 s = __floats2half2_rn(lo - bf.x, hi - bf.y);
+    big = *reinterpret_cast<const unsigned*>(&b);
+    small = *reinterpret_cast<const unsigned*>(&s);
+}
+
+// d (m64n128 or m64n112, f32) += A (64 x 16, registers: a0 (g, 2t..2t + 1), a1 (g + 8, ..),
+// a2 (g, 2t + 8..), a3 (g + 8, ..) of the warp's 16 rows, low half the lower k) . B (descriptor
+// db, K-major)^T, FP16 operands
+#define WG_F16_OPEN(n) "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.f16.f16 {" WG_REGS_56
+__device__ __forceinline__ void wgmma_f16(float (&d)[64], const unsigned (&a)[4],
+                                          unsigned long long db) {
+    asm volatile(WG_F16_OPEN(128) ", %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : WG_ACC_56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+__device__ __forceinline__ void wgmma_f16(float (&d)[56], const unsigned (&a)[4],
+                                          unsigned long long db) {
+    asm volatile(WG_F16_OPEN(112) "}, {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n"
+                 : WG_ACC_56 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// the operand at p (FP16, ROWS rows, K-major core matrices) as wgmma's descriptor
+template <int ROWS>
+__device__ __forceinline__ unsigned long long f16_desc(const __half* p) {
+    return wg_desc(reinterpret_cast<const float*>(p), ROWS * 16, 128);
+}
+
+// w [n_valid, KD] into its FP16 pieces wb, ws [ROWS x KD] (rows past n_valid zero), each row
+// scaled by its own power of two (1 / scale into inv_t[n]), by the block's NTH threads: a warp a
+// row, a lane a float4 at a time; PERMUTE stages physical column p at logical_k(p) (an A
+// operand read as float4s), else in place
+template <int ROWS, int KD, int NTH, bool PERMUTE>
+__device__ __forceinline__ void stage_f16(__half* wb, __half* ws, float* inv_t,
+                                          const float* __restrict__ w, int n_valid) {
+    static_assert(KD % 128 == 0, "a warp reads a row 128 floats at a time");
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int n = warp; n < ROWS; n += NTH / 32) {
+        float4 v[KD / 128];
+        float top = 0.f;
+#pragma unroll
+        for (int i = 0; i < KD / 128; ++i) {
+            v[i] = n < n_valid
+                ? __ldg(reinterpret_cast<const float4*>(w + (size_t)n * KD) + 32 * i + lane)
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+            top = fmaxf(top, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)),
+                                   fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+        const float t = pow2_scale(top);
+        if (lane == 0) inv_t[n] = 1.f / t;
+#pragma unroll
+        for (int i = 0; i < KD / 128; ++i) {
+            const float vs[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int p = 128 * i + 4 * lane + j, k = PERMUTE ? logical_k(p) : p;
+                const float s = vs[j] * t;
+                const __half big = __float2half_rn(s);
+                wb[core_offset_h(n, k, ROWS)] = big;
+                ws[core_offset_h(n, k, ROWS)] = __float2half_rn(s - __half2float(big));
+            }
+        }
+    }
+}
+
+
+
+// the row's max over a quad (the four threads that hold its fragments)
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// A's pieces (every k16 step's, before any product: an in-flight wgmma reads its A registers)
+// of the thread's rows r0 and r0 + 8 of x [M, KD], straight from global memory: a float4 a step a
+// row at physical columns 16s + 4t (logical_k's permutation); each row scaled by its power of
+// two sc[h]; rows past M zero
+template <int KD>
+__device__ __forceinline__ void rows_f16(const float* __restrict__ x, int r0, int M, int t,
+                                         unsigned (&big)[KD / 16][4], unsigned (&small)[KD / 16][4],
+                                         float (&sc)[2]) {
+    float4 raw[KD / 16][2];
+    float top[2] = {0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < KD / 16; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            raw[s][h] = r0 + 8 * h < M
+                ? __ldg(reinterpret_cast<const float4*>(x + (size_t)(r0 + 8 * h) * KD + 16 * s
+                                                        + 4 * t))
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+            top[h] = fmaxf(top[h], fmaxf(fmaxf(fabsf(raw[s][h].x), fabsf(raw[s][h].y)),
+                                         fmaxf(fabsf(raw[s][h].z), fabsf(raw[s][h].w))));
+        }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sc[h] = pow2_scale(quad_max(top[h]));
+#pragma unroll
+    for (int s = 0; s < KD / 16; ++s) {
+        const float4 u = raw[s][0], v = raw[s][1];
+        split_pair(u.x * sc[0], u.y * sc[0], big[s][0], small[s][0]);
+        split_pair(v.x * sc[1], v.y * sc[1], big[s][1], small[s][1]);
+        split_pair(u.z * sc[0], u.w * sc[0], big[s][2], small[s][2]);
+        split_pair(v.z * sc[1], v.w * sc[1], big[s][3], small[s][3]);
+    }
+}
+
+// The next layer's A pieces from an m64n128 accumulator fragment (d[4j + 2h + e]: row g + 8h,
+// column 8j + 2t + e), columns in place (no permutation): k16 step s's a0 is d[8s .. 8s + 1],
+// a1 d[8s + 2 ..], a2 d[8s + 4 ..], a3 d[8s + 6 ..]; each row scaled by its power of two sc[h]
+__device__ __forceinline__ void acc_f16(const float (&d)[64], unsigned (&big)[8][4],
+                                        unsigned (&small)[8][4], float (&sc)[2]) {
+    float top[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) top[(i >> 1) & 1] = fmaxf(top[(i >> 1) & 1], fabsf(d[i]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sc[h] = pow2_scale(quad_max(top[h]));
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)  // a_q: row g + 8 (q & 1), columns + 8 (q >> 1)
+            split_pair(d[8 * s + 2 * q] * sc[q & 1], d[8 * s + 2 * q + 1] * sc[q & 1], big[s][q],
+                       small[s][q]);
+}

@@ -1,0 +1,115 @@
+// Issue 32 probe: FrdHead's whole forward in one launch (both layers; with FUSED_LOSS the
+// softmax-CE and its gradient) on wgmma with FP16 pieces (precision.py's fp16x2_one scheme,
+// fp16_common.cuh).
+// Both weights' pieces fit one block (w1 64 KB, w2 56 KB), so hidden never leaves the registers
+// between the layers: layer 1's m64n128 accumulator fragment is layer 2's A fragment, scaled by
+// a power of two a row and split in place (acc_f16). hidden is still written once, for the
+// backward. Three k16 products a 16-wide k step, a tile's 48 HGMMA where the library's two 3xTF32
+// launches issue 90 of half the work each.
+// Built on the family's own source: fused_fp16.py renders frdhead with its template constants,
+// WGMMA=1 and the forward knobs (softmax_ce_row, wg_store_rows and the WG_* sizes come from
+// there), then appends fp16_common.cuh and this file, and FUSED_LOSS.
+#include "fp16_common.cuh"
+static_assert(D_IN % 128 == 0 && FRD_HIDDEN == 128, "layer 1 is m64n128, staged 128 a warp");
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+fused_forward_f16(const float* __restrict__ h_t, const float* __restrict__ w1,
+                  const float* __restrict__ b1, const float* __restrict__ w2,
+                  const float* __restrict__ b2, const int* __restrict__ labels,
+                  float* __restrict__ hidden, float* __restrict__ logits,
+                  float* __restrict__ grad_logits, float* __restrict__ ce, const int B,
+                  const float inv_b)
+{
+    // w1's pieces [FRD_HIDDEN x D_IN], w2's [WG_N2 x FRD_HIDDEN] (rows past HA zero), the
+    // inverse scales of their rows, then each warp's staged logits rows
+    __half* w1b = reinterpret_cast<__half*>(dynamic_smem);
+    __half* w1s = w1b + FRD_HIDDEN * D_IN;
+    __half* w2b = w1s + FRD_HIDDEN * D_IN;
+    __half* w2s = w2b + WG_N2 * FRD_HIDDEN;
+    float* inv_t1 = reinterpret_cast<float*>(w2s + WG_N2 * FRD_HIDDEN);
+    float* inv_t2 = inv_t1 + FRD_HIDDEN;
+    stage_f16<FRD_HIDDEN, D_IN, WG_THREADS, true>(w1b, w1s, inv_t1, w1, FRD_HIDDEN);
+    stage_f16<WG_N2, FRD_HIDDEN, WG_THREADS, false>(w2b, w2s, inv_t2, w2, HA);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+    const int w4 = warp % 4, g = lane / 4, t = lane % 4;
+    float* stage = inv_t2 + WG_N2 + warp * WG_STAGE;
+    const int tiles = (B + WG_ROWS - 1) / WG_ROWS, stride = gridDim.x * WG;
+    for (int tile = blockIdx.x * WG + wg; tile < tiles; tile += stride) {
+        const int r8 = tile * WG_ROWS + 16 * w4, r0 = r8 + g;  // the thread's rows r0, r0 + 8
+        float d[64];
+        {
+            unsigned big[D_IN / 16][4], small[D_IN / 16][4];
+            float sc[2];
+            rows_f16<D_IN>(h_t, r0, B, t, big, small, sc);
+#pragma unroll
+            for (int i = 0; i < 64; ++i) d[i] = 0.f;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < D_IN / 16; ++s) {
+                const int kb = 2 * s * (FRD_HIDDEN / 8) * 64;
+                wgmma_f16(d, small[s], f16_desc<FRD_HIDDEN>(w1b + kb));
+                wgmma_f16(d, big[s], f16_desc<FRD_HIDDEN>(w1s + kb));
+                wgmma_f16(d, big[s], f16_desc<FRD_HIDDEN>(w1b + kb));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            // hidden = ReLU(d / (sc t1) + b1), kept in d for layer 2 and stored for the backward
+#pragma unroll
+            for (int j = 0; j < FRD_HIDDEN / 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = r0 + 8 * h, c = 8 * j + 2 * t;
+                    const float inv = 1.f / sc[h];
+                    float2 v;
+                    v.x = d[4 * j + 2 * h] = fmaxf(d[4 * j + 2 * h] * inv * inv_t1[c] + b1[c], 0.f);
+                    v.y = d[4 * j + 2 * h + 1] =
+                        fmaxf(d[4 * j + 2 * h + 1] * inv * inv_t1[c + 1] + b1[c + 1], 0.f);
+                    if (r < B) *reinterpret_cast<float2*>(hidden + (size_t)r * FRD_HIDDEN + c) = v;
+                }
+        }
+        float d2[WG_N2 / 2];
+        float sh[2];
+        {
+            unsigned big[FRD_HIDDEN / 16][4], small[FRD_HIDDEN / 16][4];
+            acc_f16(d, big, small, sh);
+#pragma unroll
+            for (int i = 0; i < WG_N2 / 2; ++i) d2[i] = 0.f;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < FRD_HIDDEN / 16; ++s) {
+                const int kb = 2 * s * (WG_N2 / 8) * 64;
+                wgmma_f16(d2, small[s], f16_desc<WG_N2>(w2b + kb));
+                wgmma_f16(d2, big[s], f16_desc<WG_N2>(w2s + kb));
+                wgmma_f16(d2, big[s], f16_desc<WG_N2>(w2b + kb));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        }
+        // logits = d2 / (sh t2) + b2, a warp's 8 rows at a time through its staging area (the
+        // library's layer-2 epilogue, cu/frdhead_wgmma.cuh)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int rh = r8 + 8 * h;
+            const float inv = 1.f / sh[h];
+#pragma unroll
+            for (int j = 0; j < WG_N2 / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int c = 8 * j + 2 * t + e;
+                    if (c < HA) stage[g * HA + c] = d2[4 * j + 2 * h + e] * inv * inv_t2[c] + b2[c];
+                }
+            wg_store_rows(logits, stage, rh, B, lane);
+            if (FUSED_LOSS) {
+                for (int p = lane; p < 8 * N_HORIZONS; p += 32) {
+                    const bool in = rh + p / N_HORIZONS < B;
+                    const float loss = softmax_ce_row(
+                        stage + N_ATOMS * p, in ? labels[(size_t)rh * N_HORIZONS + p] : -1, inv_b);
+                    if (in) ce[(size_t)rh * N_HORIZONS + p] = loss;
+                }
+                wg_store_rows(grad_logits, stage, rh, B, lane);
+            }
+        }
+    }
+}
