@@ -154,3 +154,25 @@ __device__ __forceinline__ void acc_f16(const float (&d)[64], unsigned (&big)[8]
             split_pair(d[8 * s + 2 * q] * sc[q & 1], d[8 * s + 2 * q + 1] * sc[q & 1], big[s][q],
                        small[s][q]);
 }
+
+// d = A . B^T over KD (KD / 16 k16 steps): A's pieces from registers, B's (ROWS rows, K-major) at
+// wb, ws; small.big + big.small + big.big a step (NPASS 1: big.big alone), then waited for
+template <int ROWS, int KD, int NPASS, int NACC>
+__device__ __forceinline__ void products_f16(float (&d)[NACC], const unsigned (&big)[KD / 16][4],
+                                             const unsigned (&small)[KD / 16][4],
+                                             const __half* wb, const __half* ws) {
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < KD / 16; ++s) {
+        const int kb = 2 * s * (ROWS / 8) * 64;  // halves to this step's first core matrix
+        if (NPASS == 3) {
+            wgmma_f16(d, small[s], f16_desc<ROWS>(wb + kb));
+            wgmma_f16(d, big[s], f16_desc<ROWS>(ws + kb));
+        }
+        wgmma_f16(d, big[s], f16_desc<ROWS>(wb + kb));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}

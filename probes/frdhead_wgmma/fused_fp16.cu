@@ -43,18 +43,7 @@ fused_forward_f16(const float* __restrict__ h_t, const float* __restrict__ w1,
             unsigned big[D_IN / 16][4], small[D_IN / 16][4];
             float sc[2];
             rows_f16<D_IN>(h_t, r0, B, t, big, small, sc);
-#pragma unroll
-            for (int i = 0; i < 64; ++i) d[i] = 0.f;
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int s = 0; s < D_IN / 16; ++s) {
-                const int kb = 2 * s * (FRD_HIDDEN / 8) * 64;
-                wgmma_f16(d, small[s], f16_desc<FRD_HIDDEN>(w1b + kb));
-                wgmma_f16(d, big[s], f16_desc<FRD_HIDDEN>(w1s + kb));
-                wgmma_f16(d, big[s], f16_desc<FRD_HIDDEN>(w1b + kb));
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            products_f16<FRD_HIDDEN, D_IN, 3>(d, big, small, w1b, w1s);
             // hidden = ReLU(d / (sc t1) + b1), kept in d for layer 2 and stored for the backward
 #pragma unroll
             for (int j = 0; j < FRD_HIDDEN / 8; ++j)
@@ -74,18 +63,7 @@ fused_forward_f16(const float* __restrict__ h_t, const float* __restrict__ w1,
         {
             unsigned big[FRD_HIDDEN / 16][4], small[FRD_HIDDEN / 16][4];
             acc_f16(d, big, small, sh);
-#pragma unroll
-            for (int i = 0; i < WG_N2 / 2; ++i) d2[i] = 0.f;
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int s = 0; s < FRD_HIDDEN / 16; ++s) {
-                const int kb = 2 * s * (WG_N2 / 8) * 64;
-                wgmma_f16(d2, small[s], f16_desc<WG_N2>(w2b + kb));
-                wgmma_f16(d2, big[s], f16_desc<WG_N2>(w2s + kb));
-                wgmma_f16(d2, big[s], f16_desc<WG_N2>(w2b + kb));
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            products_f16<WG_N2, FRD_HIDDEN, 3>(d2, big, small, w2b, w2s);
         }
         // logits = d2 / (sh t2) + b2, a warp's 8 rows at a time through its staging area (the
         // library's layer-2 epilogue, cu/frdhead_wgmma.cuh)

@@ -46,20 +46,7 @@ wg_layer_f16(const float* __restrict__ x, const float* __restrict__ w,
         float sc[2];
         rows_f16<K>(x, r0, M, t, big, small, sc);
         float d[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) d[i] = 0.f;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int s = 0; s < K / 16; ++s) {
-            const int kb = 2 * s * (N / 8) * 64;  // halves to this step's first core matrix
-#if PASSES == 3
-            wgmma_f16(d, small[s], f16_desc<N>(wb + kb));
-            wgmma_f16(d, big[s], f16_desc<N>(ws + kb));
-#endif
-            wgmma_f16(d, big[s], f16_desc<N>(wb + kb));
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        products_f16<N, K, PASSES>(d, big, small, wb, ws);
         // d[4j + 2h + e]: row r0 + 8h, column 8j + 2t + e
 #pragma unroll
         for (int j = 0; j < N / 8; ++j)
