@@ -37,16 +37,21 @@ BACKWARD = {"grad_w2": {"shipped": None,
                         "wg1_cs8_bk32_occ1": {"WGMMA": 1, "WG": 1, "CS": 8, "BK": 32, "OCC": 1}}}
 
 
-def inputs(b: int) -> dict:
+def inputs(b: int, dhidden: bool = False) -> dict:
+    """The head's inputs at batch b (the same in every process); with ``dhidden``, a dhidden for
+    grad_w1 drawn last from the same generator (the other draws unchanged)."""
     rng = np.random.default_rng(b)
     labels = rng.integers(0, A, size=(b, H)).astype(np.int32)
     labels[rng.random((b, H)) < 0.1] = -1
-    return {"h_t": ga.to_gpu(rng.standard_normal((b, D), dtype=np.float32)),
-            "w1": ga.to_gpu((rng.standard_normal((F, D)) / np.sqrt(D)).astype(np.float32)),
-            "b1": ga.to_gpu(rng.standard_normal(F, dtype=np.float32) * np.float32(0.1)),
-            "w2": ga.to_gpu((rng.standard_normal((H, A, F)) / np.sqrt(F)).astype(np.float32)),
-            "b2": ga.to_gpu(rng.standard_normal((H, A), dtype=np.float32)),
-            "labels": ga.to_gpu(labels)}
+    x = {"h_t": ga.to_gpu(rng.standard_normal((b, D), dtype=np.float32)),
+         "w1": ga.to_gpu((rng.standard_normal((F, D)) / np.sqrt(D)).astype(np.float32)),
+         "b1": ga.to_gpu(rng.standard_normal(F, dtype=np.float32) * np.float32(0.1)),
+         "w2": ga.to_gpu((rng.standard_normal((H, A, F)) / np.sqrt(F)).astype(np.float32)),
+         "b2": ga.to_gpu(rng.standard_normal((H, A), dtype=np.float32)),
+         "labels": ga.to_gpu(labels)}
+    if dhidden:
+        x["dhidden"] = ga.to_gpu(rng.standard_normal((b, F), dtype=np.float32) / np.float32(b))
+    return x
 
 
 def rel_diff(got: list, ref: list) -> float:
