@@ -11,12 +11,6 @@ __device__ __forceinline__ int core_offset_h(int r, int k, int rows) {
     return ((k >> 3) * (rows >> 3) + (r >> 3)) * 64 + (r & 7) * 8 + (k & 7);
 }
 
-// the logical k (within its 16-wide step) of physical column p % 16 = 4t + j
-__device__ __forceinline__ int logical_k(int p) {
-    const int t = (p & 15) >> 2, j = p & 3;
-    return (p & ~15) + 2 * t + (j & 1) + 8 * (j >> 1);
-}
-
 // 2^e with max * 2^e in [2^14, 2^15) (1 for max == 0; clamped for a max below 2^-113)
 __device__ __forceinline__ float pow2_scale(float max) {
     const int e = (__float_as_int(max) >> 23) & 0xff;
@@ -57,74 +51,80 @@ __device__ __forceinline__ unsigned long long f16_desc(const __half* p) {
     return wg_desc(reinterpret_cast<const float*>(p), ROWS * 16, 128);
 }
 
-// w [n_valid, KD] into its FP16 pieces wb, ws [ROWS x KD] (rows past n_valid zero), each row
-// scaled by its own power of two (1 / scale into inv_t[n]), by the block's NTH threads: a warp a
-// row, a lane a float4 at a time; PERMUTE stages physical column p at logical_k(p) (an A
-// operand read as float4s), else in place
-template <int ROWS, int KD, int NTH, bool PERMUTE>
-__device__ __forceinline__ void stage_f16(__half* wb, __half* ws, float* inv_t,
-                                          const float* __restrict__ w, int n_valid) {
-    static_assert(KD % 128 == 0, "a warp reads a row 128 floats at a time");
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int n = warp; n < ROWS; n += NTH / 32) {
-        float4 v[KD / 128];
-        float top = 0.f;
-#pragma unroll
-        for (int i = 0; i < KD / 128; ++i) {
-            v[i] = n < n_valid
-                ? __ldg(reinterpret_cast<const float4*>(w + (size_t)n * KD) + 32 * i + lane)
-                : make_float4(0.f, 0.f, 0.f, 0.f);
-            top = fmaxf(top, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)),
-                                   fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-        const float t = pow2_scale(top);
-        if (lane == 0) inv_t[n] = 1.f / t;
-#pragma unroll
-        for (int i = 0; i < KD / 128; ++i) {
-            const float vs[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int p = 128 * i + 4 * lane + j, k = PERMUTE ? logical_k(p) : p;
-                const float s = vs[j] * t;
-                const __half big = __float2half_rn(s);
-                wb[core_offset_h(n, k, ROWS)] = big;
-                ws[core_offset_h(n, k, ROWS)] = __float2half_rn(s - __half2float(big));
-            }
-        }
-    }
-}
-
-
-
 // the row's max over a quad (the four threads that hold its fragments)
 __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
+// The float4 a thread reads at physical columns 16s + 4t .. + 3 holds logical columns 2t, 2t + 1,
+// 2t + 8, 2t + 9 of k16 step s (the FP16 A fragment's a0 and a2 pairs); an operand staged for it
+// takes logical pair (k, k + 1), k even, from physical columns physical_k(k), + 1.
+__device__ __forceinline__ int physical_k(int k) {
+    return (k & ~15) + 4 * ((k & 7) >> 1) + 2 * ((k >> 3) & 1);
+}
+
+// w [n_valid, KD] into its FP16 pieces wb, ws [ROWS x KD] (rows past n_valid zero), each row
+// scaled by its own power of two (1 / scale into inv_t[n]), by the block's NTH threads. A warp
+// takes 8-row groups: lane L row L / 4 and the logical pairs k = 8c + 2 (L % 4), so each of its
+// half2 stores fills one core matrix (128 bytes, 32 banks), and the quad that holds a row
+// finds its max with two shuffles. All of a warp's loads go out before the first split (one
+// round trip to L2, not one a row). PERMUTE stages logical k from physical column physical_k(k)
+// (an A operand read as float4s), else in place.
+template <int ROWS, int KD, int NTH, bool PERMUTE>
+__device__ __forceinline__ void stage_f16(__half* wb, __half* ws, float* inv_t,
+                                          const float* __restrict__ w, int n_valid) {
+    constexpr int GROUPS = ROWS / 8, WARPS = NTH / 32, PER = (GROUPS + WARPS - 1) / WARPS;
+    static_assert(ROWS % 8 == 0 && KD % 16 == 0, "whole core matrices");
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = lane % 4;
+    float2 v[PER][KD / 8];
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int grp = warp + i * WARPS, n = 8 * grp + lane / 4;
+#pragma unroll
+        for (int c = 0; c < KD / 8; ++c) {
+            const int k = 8 * c + 2 * q;
+            v[i][c] = grp < GROUPS && n < n_valid
+                ? __ldg(reinterpret_cast<const float2*>(w + (size_t)n * KD
+                                                        + (PERMUTE ? physical_k(k) : k)))
+                : make_float2(0.f, 0.f);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int grp = warp + i * WARPS, n = 8 * grp + lane / 4;
+        if (grp >= GROUPS) break;  // the same for the whole warp
+        float top = 0.f;
+#pragma unroll
+        for (int c = 0; c < KD / 8; ++c)
+            top = fmaxf(top, fmaxf(fabsf(v[i][c].x), fabsf(v[i][c].y)));
+        const float t = pow2_scale(quad_max(top));
+        if (q == 0) inv_t[n] = 1.f / t;
+#pragma unroll
+        for (int c = 0; c < KD / 8; ++c) {
+            unsigned big, small;
+            split_pair(v[i][c].x * t, v[i][c].y * t, big, small);
+            const int at = core_offset_h(n, 8 * c + 2 * q, ROWS);
+            *reinterpret_cast<unsigned*>(wb + at) = big;
+            *reinterpret_cast<unsigned*>(ws + at) = small;
+        }
+    }
+}
+
 // A's pieces (every k16 step's, before any product: an in-flight wgmma reads its A registers)
-// of the thread's rows r0 and r0 + 8 of x [M, KD], straight from global memory: a float4 a step a
-// row at physical columns 16s + 4t (logical_k's permutation); each row scaled by its power of
-// two sc[h]; rows past M zero
+// of the thread's rows r0 and r0 + 8 from their float4s at physical columns 16s + 4t (physical_k's
+// permutation): each row scaled by its power of two sc[h] (the quad's max)
 template <int KD>
-__device__ __forceinline__ void rows_f16(const float* __restrict__ x, int r0, int M, int t,
-                                         unsigned (&big)[KD / 16][4], unsigned (&small)[KD / 16][4],
-                                         float (&sc)[2]) {
-    float4 raw[KD / 16][2];
+__device__ __forceinline__ void split_rows_f16(const float4 (&raw)[KD / 16][2],
+                                               unsigned (&big)[KD / 16][4],
+                                               unsigned (&small)[KD / 16][4], float (&sc)[2]) {
     float top[2] = {0.f, 0.f};
 #pragma unroll
     for (int s = 0; s < KD / 16; ++s)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            raw[s][h] = r0 + 8 * h < M
-                ? __ldg(reinterpret_cast<const float4*>(x + (size_t)(r0 + 8 * h) * KD + 16 * s
-                                                        + 4 * t))
-                : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int h = 0; h < 2; ++h)
             top[h] = fmaxf(top[h], fmaxf(fmaxf(fabsf(raw[s][h].x), fabsf(raw[s][h].y)),
                                          fmaxf(fabsf(raw[s][h].z), fabsf(raw[s][h].w))));
-        }
 #pragma unroll
     for (int h = 0; h < 2; ++h) sc[h] = pow2_scale(quad_max(top[h]));
 #pragma unroll
@@ -135,6 +135,23 @@ __device__ __forceinline__ void rows_f16(const float* __restrict__ x, int r0, in
         split_pair(u.z * sc[0], u.w * sc[0], big[s][2], small[s][2]);
         split_pair(v.z * sc[1], v.w * sc[1], big[s][3], small[s][3]);
     }
+}
+
+// split_rows_f16 on rows r0 and r0 + 8 of x [M, KD] straight from global memory (rows past M zero)
+template <int KD>
+__device__ __forceinline__ void rows_f16(const float* __restrict__ x, int r0, int M, int t,
+                                         unsigned (&big)[KD / 16][4], unsigned (&small)[KD / 16][4],
+                                         float (&sc)[2]) {
+    float4 raw[KD / 16][2];
+#pragma unroll
+    for (int s = 0; s < KD / 16; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            raw[s][h] = r0 + 8 * h < M
+                ? __ldg(reinterpret_cast<const float4*>(x + (size_t)(r0 + 8 * h) * KD + 16 * s
+                                                        + 4 * t))
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+    split_rows_f16<KD>(raw, big, small, sc);
 }
 
 // The next layer's A pieces from an m64n128 accumulator fragment (d[4j + 2h + e]: row g + 8h,

@@ -35,29 +35,37 @@ def pow2_scale(top: float) -> F32:
     return np.array(min(268 - e, 254) << 23, np.uint32).view(F32)
 
 
-def logical_k(p: int) -> int:
-    t, j = (p & 15) >> 2, p & 3
-    return (p & ~15) + 2 * t + (j & 1) + 8 * (j >> 1)
-
-
 def core_offset_h(r: int, k: int, rows: int) -> int:
     return ((k >> 3) * (rows >> 3) + (r >> 3)) * 64 + (r & 7) * 8 + (k & 7)
 
 
+def physical_k(k: int) -> int:
+    """The physical column of logical pair (k, k + 1), k even (the float4 at 16s + 4t holds
+    logical 2t, 2t + 1, 2t + 8, 2t + 9 of step s)."""
+    return (k & ~15) + 4 * ((k & 7) >> 1) + 2 * ((k >> 3) & 1)
+
+
 def stage(w: np.ndarray, rows: int, kd: int, permute: bool, n_valid: int):
-    """stage_f16: the two FP16 pieces in shared memory (flat, halves) and 1 / each row's scale."""
+    """stage_f16: the two FP16 pieces in shared memory (flat, halves) and 1 / each row's scale,
+    walked as the kernel does: lane (row n, q) loads logical pairs k = 8c + 2q from physical
+    column physical_k(k) and stores them at core_offset_h(n, k)."""
     big, small = np.zeros(rows * kd, F16), np.zeros(rows * kd, F16)
     inv_t = np.ones(rows, F32)
     for n in range(rows):
-        row = w[n] if n < n_valid else np.zeros(kd, F32)
-        t = pow2_scale(float(np.abs(row).max()))
+        pairs = {}
+        for c in range(kd // 8):
+            for q in range(4):
+                k = 8 * c + 2 * q
+                p = physical_k(k) if permute else k
+                pairs[k] = w[n, p:p + 2] if n < n_valid else np.zeros(2, F32)
+        t = pow2_scale(float(max(np.abs(v).max() for v in pairs.values())))
         inv_t[n] = F32(1) / t
-        for p in range(kd):
-            k = logical_k(p) if permute else p
-            s = F32(row[p] * t)
-            b = F16(s)
-            big[core_offset_h(n, k, rows)] = b
-            small[core_offset_h(n, k, rows)] = F16(F32(s - F32(b)))
+        for k, v in pairs.items():
+            for e in range(2):
+                s = F32(v[e] * t)
+                b = F16(s)
+                big[core_offset_h(n, k + e, rows)] = b
+                small[core_offset_h(n, k + e, rows)] = F16(F32(s - F32(b)))
     return big, small, inv_t
 
 

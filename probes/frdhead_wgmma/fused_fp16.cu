@@ -6,11 +6,14 @@
 // a power of two a row and split in place (acc_f16). hidden is still written once, for the
 // backward. Three k16 products a 16-wide k step, a tile's 48 HGMMA where the library's two 3xTF32
 // launches issue 90 of half the work each.
+// Each warpgroup's next 64-row tile of h_t comes by cp.async into its row buffer (the library's
+// wg_load_tile, WG_XOFF's layout) while it multiplies this one; the weights' pieces are staged
+// by fp16_common.cuh's stage_f16 (a warp's loads all in flight, conflict-free half2 stores).
 // Built on the family's own source: fused_fp16.py renders frdhead with its template constants,
 // WGMMA=1 and the forward knobs (softmax_ce_row, wg_store_rows and the WG_* sizes come from
 // there), then appends fp16_common.cuh and this file, and FUSED_LOSS.
 #include "fp16_common.cuh"
-static_assert(D_IN % 128 == 0 && FRD_HIDDEN == 128, "layer 1 is m64n128, staged 128 a warp");
+static_assert(D_IN == FRD_HIDDEN && FRD_HIDDEN == 128, "layer 1 is m64n128 over WG_K");
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 fused_forward_f16(const float* __restrict__ h_t, const float* __restrict__ w1,
@@ -20,43 +23,67 @@ fused_forward_f16(const float* __restrict__ h_t, const float* __restrict__ w1,
                   float* __restrict__ grad_logits, float* __restrict__ ce, const int B,
                   const float inv_b)
 {
-    // w1's pieces [FRD_HIDDEN x D_IN], w2's [WG_N2 x FRD_HIDDEN] (rows past HA zero), the
-    // inverse scales of their rows, then each warp's staged logits rows
+    // w1's pieces [FRD_HIDDEN x D_IN], w2's [WG_N2 x FRD_HIDDEN] (rows past HA zero), the inverse
+    // scales of their rows, b1 and b2 (zero padded), then per warpgroup a row buffer and its
+    // warps' staged logits rows
     __half* w1b = reinterpret_cast<__half*>(dynamic_smem);
     __half* w1s = w1b + FRD_HIDDEN * D_IN;
     __half* w2b = w1s + FRD_HIDDEN * D_IN;
     __half* w2s = w2b + WG_N2 * FRD_HIDDEN;
     float* inv_t1 = reinterpret_cast<float*>(w2s + WG_N2 * FRD_HIDDEN);
     float* inv_t2 = inv_t1 + FRD_HIDDEN;
+    float* b1s = inv_t2 + WG_N2;
+    float* b2s = b1s + FRD_HIDDEN;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+    const int tid = threadIdx.x % 128, w4 = warp % 4, g = lane / 4, t = lane % 4;
+    float* buf = b2s + WG_N2 + wg * (WG_ROWS * WG_XROW + 4 * WG_STAGE);
+    float* stage = buf + WG_ROWS * WG_XROW + w4 * WG_STAGE;
+    const int tiles = (B + WG_ROWS - 1) / WG_ROWS, stride = gridDim.x * WG;
+    int tile = blockIdx.x * WG + wg;
+    if (tile < tiles) wg_load_tile(buf, h_t, tile * WG_ROWS, B, tid);
     stage_f16<FRD_HIDDEN, D_IN, WG_THREADS, true>(w1b, w1s, inv_t1, w1, FRD_HIDDEN);
     stage_f16<WG_N2, FRD_HIDDEN, WG_THREADS, false>(w2b, w2s, inv_t2, w2, HA);
+    for (int c = threadIdx.x; c < FRD_HIDDEN + WG_N2; c += WG_THREADS)
+        b1s[c] = c < FRD_HIDDEN ? b1[c] : c - FRD_HIDDEN < HA ? b2[c - FRD_HIDDEN] : 0.f;
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
-    const int w4 = warp % 4, g = lane / 4, t = lane % 4;
-    float* stage = inv_t2 + WG_N2 + warp * WG_STAGE;
-    const int tiles = (B + WG_ROWS - 1) / WG_ROWS, stride = gridDim.x * WG;
-    for (int tile = blockIdx.x * WG + wg; tile < tiles; tile += stride) {
+    for (; tile < tiles; tile += stride) {
         const int r8 = tile * WG_ROWS + 16 * w4, r0 = r8 + g;  // the thread's rows r0, r0 + 8
+        wait_copies<0>();
+        wg_barrier(wg);
         float d[64];
         {
             unsigned big[D_IN / 16][4], small[D_IN / 16][4];
             float sc[2];
-            rows_f16<D_IN>(h_t, r0, B, t, big, small, sc);
+            {
+                float4 raw[D_IN / 16][2];
+#pragma unroll
+                for (int s = 0; s < D_IN / 16; ++s)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        raw[s][h] = *reinterpret_cast<const float4*>(
+                            buf + WG_XOFF(16 * w4 + g + 8 * h, 16 * s + 4 * t));
+                wg_barrier(wg);  // every thread has read the tile: the buffer takes the next
+                if (tile + stride < tiles)
+                    wg_load_tile(buf, h_t, (tile + stride) * WG_ROWS, B, tid);
+                split_rows_f16<D_IN>(raw, big, small, sc);
+            }
             products_f16<FRD_HIDDEN, D_IN, 3>(d, big, small, w1b, w1s);
             // hidden = ReLU(d / (sc t1) + b1), kept in d for layer 2 and stored for the backward
 #pragma unroll
-            for (int j = 0; j < FRD_HIDDEN / 8; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const int r = r0 + 8 * h;
+                const float inv = 1.f / sc[h];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = r0 + 8 * h, c = 8 * j + 2 * t;
-                    const float inv = 1.f / sc[h];
+                for (int j = 0; j < FRD_HIDDEN / 8; ++j) {
+                    const int c = 8 * j + 2 * t;
                     float2 v;
-                    v.x = d[4 * j + 2 * h] = fmaxf(d[4 * j + 2 * h] * inv * inv_t1[c] + b1[c], 0.f);
+                    v.x = d[4 * j + 2 * h] = fmaxf(d[4 * j + 2 * h] * inv * inv_t1[c] + b1s[c], 0.f);
                     v.y = d[4 * j + 2 * h + 1] =
-                        fmaxf(d[4 * j + 2 * h + 1] * inv * inv_t1[c + 1] + b1[c + 1], 0.f);
+                        fmaxf(d[4 * j + 2 * h + 1] * inv * inv_t1[c + 1] + b1s[c + 1], 0.f);
                     if (r < B) *reinterpret_cast<float2*>(hidden + (size_t)r * FRD_HIDDEN + c) = v;
                 }
+            }
         }
         float d2[WG_N2 / 2];
         float sh[2];
@@ -76,7 +103,7 @@ fused_forward_f16(const float* __restrict__ h_t, const float* __restrict__ w1,
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int c = 8 * j + 2 * t + e;
-                    if (c < HA) stage[g * HA + c] = d2[4 * j + 2 * h + e] * inv * inv_t2[c] + b2[c];
+                    if (c < HA) stage[g * HA + c] = d2[4 * j + 2 * h + e] * inv * inv_t2[c] + b2s[c];
                 }
             wg_store_rows(logits, stage, rh, B, lane);
             if (FUSED_LOSS) {

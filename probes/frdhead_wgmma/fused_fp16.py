@@ -33,7 +33,11 @@ BATCHES = (65536, 16384, 1024, 333)
 FAMILY = {"D_IN": D, "FRD_HIDDEN": F, "N_HORIZONS": H, "N_ATOMS": A, "BM": 32, "CHUNK": 256,
           "WGMMA": 1, "WG": 2, "CS": 4, "SWZ": 1}
 WG = FAMILY["WG"]
-SHARED = 2 * 2 * (F * D + 112 * F) + 4 * (F + 112) + 4 * 4 * WG * 8 * H * A
+# the weights' FP16 pieces, their rows' inverse scales and the biases, then per warpgroup a row
+# buffer (SWZ 1: unpadded) and 4 warps' staged logits rows
+SHARED = (2 * 2 * (F * D + 112 * F) + 4 * 2 * (F + 112)
+          + 4 * WG * (64 * D + 4 * 8 * H * A))
+assert FAMILY["SWZ"] == 1, "SHARED counts unpadded row buffers"
 VARIANTS = {"fused_forward": 0, "fused_forward_loss": 1}
 
 
