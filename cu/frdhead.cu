@@ -23,7 +23,8 @@
 // reduce_axis0. No atomics; one writer per element.
 // Template constants: D_IN, FRD_HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile: 16, 32, 64),
 // CHUNK (rows per block, a multiple of BM); WGMMA (1: frdhead_wgmma.cuh's entries for the
-// forward roles, frdhead_wgmma_bwd.cuh's for the backward stages, with their own knobs).
+// forward roles, frdhead_wgmma_bwd.cuh's for the backward stages, with their own knobs; 2, the
+// forward roles only: frdhead_f16.cuh's, both layers in one launch on FP16 pieces).
 #include "heads_common.cuh"
 
 // One block of 8 warps per SM: the weights and two tiles fill most of shared memory, and the
@@ -203,11 +204,14 @@ __device__ __forceinline__ float softmax_ce_row(float* z, int label, float inv_b
 }
 
 // Hopper's warpgroup MMA (sm_90a), entries frdhead_wg_*: the forward roles' engine (its knobs
-// WG, CS, SWZ) or the backward stages' (WG, CS, BK, OCC)
+// WG, CS, SWZ) or the backward stages' (WG, CS, BK, OCC); under WGMMA 2 frdhead_f16_* (WG, SWZ)
 #if WGMMA
 #include "wgmma.cuh"
 #ifdef SWZ
 #include "frdhead_wgmma.cuh"
+#if WGMMA == 2
+#include "frdhead_f16.cuh"
+#endif
 #else
 #include "frdhead_wgmma_bwd.cuh"
 #endif

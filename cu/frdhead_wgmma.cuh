@@ -4,7 +4,8 @@
 //   frdhead_wg_forward       logits = hidden w2^T + b2                 (m64n112: HA padded)
 //   frdhead_wg_forward_loss  the logits, then softmax_ce_row on each (row, horizon)
 // The op launches frdhead_wg_hidden, then one of the others. Why two kernels and not one: w1's and
-// w2's split halves take 128 + 112 KB of shared memory, more than a block has.
+// w2's split halves take 128 + 112 KB of shared memory, more than a block has (their FP16
+// pieces fit: frdhead_f16.cuh, which shares this file's row buffer and epilogue pieces).
 //
 // 3xTF32 as in the mma.sync kernels (split(), the dropped small*small term). A block of WG
 // warpgroups splits its weight once into big and small halves in wgmma's K-major core-matrix

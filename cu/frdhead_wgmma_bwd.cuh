@@ -13,11 +13,11 @@
 //
 // Row products, y [B, 128] = A W with W [KA, 128] row-major: a block of WG warpgroups stages
 // W^T once, split into big and small halves in the K-major core-matrix layout (k padded to a
-// whole k-step), then each warpgroup walks 64-row tiles of A grid-strided; A's fragments are
-// read (and masked), split and multiplied CS k-steps at a time, and once a tile's last chunk is
-// in registers its buffer takes the next tile's copies (during that chunk's products and the
-// stores). Under the mask each warp loads its 16 hidden rows of the next tile (a float4 a lane)
-// before the products, and keeps two words of their signs after the stores.
+// whole k-step), then each warpgroup walks 64-row tiles of A grid-strided; a tile's fragments
+// are read into registers at once, and its buffer takes the next tile's copies during all of
+// its products; the fragments are masked, split and multiplied CS k-steps at a time. Under the
+// mask each warp loads its 16 hidden rows of the next tile (a float4 a lane) before the
+// products, and keeps two words of their signs after the stores.
 // Weight gradients, g [MA, 128] = A^T X summed over the batch (the product's K): a block of two
 // warpgroups (output rows 0-63 and 64-127; rows >= MA are not stored) walks a contiguous slice
 // of the batch BK rows a step, the next STAGES - 1 steps' raw tiles in flight; each step
@@ -237,7 +237,7 @@ __device__ __forceinline__ void wb_weight_grad(const float* __restrict__ a,
     constexpr int STEP = (MASK ? 2 : 1) * ATILE + BK * WB_LDT;  // a step's raw tiles: A, X, mask
     constexpr int XH = WB_N * BK;              // an X half [WB_N x BK], core layout
     float* xbuf = reinterpret_cast<float*>(dynamic_smem);  // 2 x (X big, X small)
-    float* raw = xbuf + 4 * XH;                             // STAGES steps of (A, X) tiles
+    float* raw = xbuf + 4 * XH;                             // STAGES steps' raw tiles
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int begin = blockIdx.x * rows_per_block, end = min(B, begin + rows_per_block);

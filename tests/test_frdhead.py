@@ -25,8 +25,11 @@ VARIANTS = ([(k, p) for k in KERNELS for p in ROWS]
 LOSS_VARIANTS = ([("frdhead.forward_loss", p) for p in ROWS]
                  + [("frdsmall.forward_loss", p) for p in SMALL])
 # The forward roles on Hopper's warpgroup MMA (the model's head shape only): both warpgroup
-# counts, chunk sizes and row-buffer layouts.
-WGMMA = [{"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 1}, {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 0}]
+# counts, chunk sizes and row-buffer layouts, in 3xTF32 (WGMMA 1) and on FP16 pieces in one
+# launch (WGMMA 2).
+WGMMA = [{"WGMMA": 1, "WG": 2, "CS": 16, "SWZ": 1}, {"WGMMA": 1, "WG": 1, "CS": 4, "SWZ": 0},
+         {"WGMMA": 2, "WG": 2, "CS": 16, "SWZ": 1}, {"WGMMA": 2, "WG": 1, "CS": 16, "SWZ": 0},
+         {"WGMMA": 2, "WG": 2, "CS": 16, "SWZ": 0}]
 SUITE_HEAD = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
 # The backward stages on it: both warpgroup counts and every chunk size of the row products,
 # batch steps of 16 and 32 rows, one or two weight-gradient blocks a multiprocessor and rings of
@@ -47,6 +50,10 @@ def _hopper():
     from pycuda_heads.core import device
     if device.compute_capability() != (9, 0):
         pytest.skip("WGMMA=1 needs an sm_90 GPU")
+
+
+def _fwd_id(p):
+    return f"WGMMA{p['WGMMA']}-WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}"
 
 
 def _id(kernel_params):
@@ -70,7 +77,7 @@ def test_loss_oracles(variant, check):
     assert result["passed"], result
 
 
-@pytest.mark.parametrize("params", WGMMA, ids=lambda p: f"WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}")
+@pytest.mark.parametrize("params", WGMMA, ids=_fwd_id)
 @pytest.mark.parametrize("check", ["parity_numgrad", "relu_mask", "sentinel_rows"])
 def test_wgmma_forward_oracles(params, check):
     _hopper()
@@ -78,7 +85,7 @@ def test_wgmma_forward_oracles(params, check):
     assert result["passed"], result
 
 
-@pytest.mark.parametrize("params", WGMMA, ids=lambda p: f"WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}")
+@pytest.mark.parametrize("params", WGMMA, ids=_fwd_id)
 @pytest.mark.parametrize("check", ["loss_numgrad", "sentinel_rows"])
 def test_wgmma_loss_oracles(params, check):
     _hopper()
@@ -88,7 +95,7 @@ def test_wgmma_loss_oracles(params, check):
 
 @pytest.mark.parametrize("b", [1, 63, 333, 4097])
 @pytest.mark.parametrize("kernel", ["frdhead.forward", "frdhead.forward_loss"])
-@pytest.mark.parametrize("params", WGMMA, ids=lambda p: f"WG{p['WG']}-CS{p['CS']}-SWZ{p['SWZ']}")
+@pytest.mark.parametrize("params", WGMMA, ids=_fwd_id)
 def test_wgmma_matches_reference(params, kernel, b):
     """float64 reference, every output written (poisoned), bitwise reruns; from one tile short
     of its 64 rows to more tiles than warpgroups (the grid-stride loop's second pass)."""
@@ -128,12 +135,13 @@ def test_wgmma_backward_refuses_misaligned_rows():
         head.grad_w2(hidden, w2, grad_logits)
 
 
-def test_wgmma_refuses_what_it_cannot_run():
+@pytest.mark.parametrize("engine", [1, 2])
+def test_wgmma_refuses_what_it_cannot_run(engine):
     _hopper()
     with pytest.raises(ValueError, match="WGMMA == 0 or"):
-        ph.FrdHead(37, 50, 5, 21, launch={"forward": {"WGMMA": 1}})
+        ph.FrdHead(37, 50, 5, 21, launch={"forward": {"WGMMA": engine}})
     import pycuda.gpuarray as ga
-    head = ph.FrdHead(128, 128, 5, 21, launch={"forward": {"WGMMA": 1}})
+    head = ph.FrdHead(128, 128, 5, 21, launch={"forward": {"WGMMA": engine}})
     rng = np.random.default_rng(3)
     flat = ga.to_gpu(rng.standard_normal(8 * 128 + 1, dtype=np.float32))
     h_t = flat[1:].reshape(8, 128)  # 4 bytes past an aligned start
@@ -142,6 +150,37 @@ def test_wgmma_refuses_what_it_cannot_run():
     b1, b2 = ga.zeros(128, np.float32), ga.zeros((5, 21), np.float32)
     with pytest.raises(ValueError, match="h_t: device pointer .* not 16-byte aligned"):
         head.forward(h_t, w1, b1, w2, b2)
+
+
+@pytest.mark.parametrize("kernel", ["frdhead.forward", "frdhead.forward_loss"])
+def test_f16_forward_keeps_float32_accuracy_on_wide_rows(kernel):
+    """WGMMA 2 scales each row of h_t, w1, hidden and w2 by one power of two: values 2^12 apart
+    along a row (and a zero row, and a row of one tiny value) still meet the float64 rule."""
+    _hopper()
+    import pycuda.gpuarray as ga
+    from pycuda_heads.verify.checks import compare
+    rng = np.random.default_rng(11)
+    b = 333
+    h_t = rng.standard_normal((b, 128)) * np.exp2(rng.integers(-12, 13, (1, 128)))
+    h_t[5] = 0.0
+    h_t[6] = 0.0
+    h_t[6, 17] = 3e-30
+    w1 = rng.standard_normal((128, 128)) / np.sqrt(128) * np.exp2(rng.integers(-6, 7, (1, 128)))
+    w2 = rng.standard_normal((5, 21, 128)) * np.exp2(rng.integers(-6, 7, (1, 1, 128))) / 64
+    b1, b2 = rng.standard_normal(128) * 0.1, rng.standard_normal((5, 21))
+    x = [a.astype(np.float32) for a in (h_t, w1, b1, w2, b2)]
+    labels = rng.integers(-1, 21, (b, 5)).astype(np.int32)
+    head = ph.FrdHead(128, 128, 5, 21, launch={kernel.split(".")[1]: {"WGMMA": 2}})
+    args = [ga.to_gpu(a) for a in x]
+    r64 = ref.frdhead_forward(*x)
+    r32 = ref.frdhead_forward(*x, dtype=np.float32)
+    if kernel == "frdhead.forward":
+        got = [o.get() for o in head.forward(*args)]
+    else:
+        got = [o.get() for o in head.forward_loss(*args, ga.to_gpu(labels))][:2]
+    for name, out, want, want32 in zip(("hidden", "logits"), got, r64, r32):
+        result = compare(out, want, want32)
+        assert result["passed"], (name, result)
 
 
 def test_wgmma_is_refused_in_words_on_a_gpu_that_is_not_hopper(monkeypatch):

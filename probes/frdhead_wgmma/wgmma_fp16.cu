@@ -24,7 +24,24 @@ static_assert(N == 128, "the accumulator fragment below is m64n128");
 static_assert(K % 128 == 0, "K in steps of 16; w staged 128 floats a warp at a time");
 
 #include "wgmma.cuh"
-#include "fp16_common.cuh"
+#include "wgmma_f16.cuh"
+
+// split_rows_f16 on rows r0 and r0 + 8 of x [M, KD] straight from global memory (rows past M zero)
+template <int KD>
+__device__ __forceinline__ void rows_f16(const float* __restrict__ x, int r0, int M, int t,
+                                         unsigned (&big)[KD / 16][4], unsigned (&small)[KD / 16][4],
+                                         float (&sc)[2]) {
+    float4 raw[KD / 16][2];
+#pragma unroll
+    for (int s = 0; s < KD / 16; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            raw[s][h] = r0 + 8 * h < M
+                ? __ldg(reinterpret_cast<const float4*>(x + (size_t)(r0 + 8 * h) * KD + 16 * s
+                                                        + 4 * t))
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+    split_rows_f16<KD>(raw, big, small, sc);
+}
 
 extern "C" __global__ void __launch_bounds__(NT, 1)
 wg_layer_f16(const float* __restrict__ x, const float* __restrict__ w,

@@ -167,7 +167,8 @@ class Op:
             # a variant built for sm_90a is refused in words on another GPU, not by the driver
             entry = f"{self.FAMILY}_{role}"
             if variant_arch(params) and (cc := device.compute_capability()) != (9, 0):
-                raise ValueError(f"{type(self).__name__}: {entry} is built with {WGMMA_KNOB}=1, "
+                raise ValueError(f"{type(self).__name__}: {entry} is built with "
+                                 f"{WGMMA_KNOB}={params[WGMMA_KNOB]}, "
                                  f"which needs an sm_90 GPU (Hopper); this one is "
                                  f"sm_{''.join(map(str, cc))}")
             k = self._kernels[key] = get_kernel(self.FAMILY, entry,

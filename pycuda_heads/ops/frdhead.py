@@ -8,10 +8,13 @@ same math) on the logits tile a block keeps in shared memory: one launch where t
 and the logits are not read back from global memory.
 
 At the model's head shape (D_in = F = 128, 104 < H*A <= 112) on sm_90 every role has a second
-engine, knob ``WGMMA`` = 1: Hopper's warpgroup MMA, two launches a role since both weights'
-split halves do not fit one block's shared memory. The forward (cu/frdhead_wgmma.cuh): hidden,
-then the logits with or without the loss; each backward stage (cu/frdhead_wgmma_bwd.cuh): its
-row product (dhidden or grad_h_t), then its weight gradient's scratch rows."""
+engine, knob ``WGMMA`` = 1: Hopper's warpgroup MMA in 3xTF32, two launches a role since both
+weights' split halves do not fit one block's shared memory. The forward (cu/frdhead_wgmma.cuh):
+hidden, then the logits with or without the loss; each backward stage
+(cu/frdhead_wgmma_bwd.cuh): its row product (dhidden or grad_h_t), then its weight gradient's
+scratch rows. The forward roles have a third, ``WGMMA`` = 2 (cu/frdhead_f16.cuh): the same
+products on FP16 pieces scaled by powers of two (as accurate, at twice the tensor rate), whose
+weights fit one block, so both layers and the loss are one launch."""
 from __future__ import annotations
 
 import math
@@ -53,8 +56,10 @@ def _ld_rows(n: int) -> int:
     return _up(n, 32) + 8
 
 
-# The WGMMA engine's tile rows and shared-memory floats, as cu/frdhead_wgmma.cuh declares them.
-SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma.cuh")
+# The WGMMA engines' tile rows and shared-memory floats, as cu/frdhead_wgmma.cuh and
+# cu/frdhead_f16.cuh declare them.
+SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma.cuh",
+                    cu_dir() / "frdhead_f16.cuh")
 WG_ROWS, WG_N2 = SIZES.value("WG_ROWS", {}), SIZES.value("WG_N2", {})
 BWD_SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma_bwd.cuh")
 
@@ -66,6 +71,11 @@ def wg_hidden_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
 def wg_logits_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     """The layer-2 block: w2's halves, the row buffers and each warp's 8 staged logits rows."""
     return 4 * SIZES.value("WG_LOGITS_FLOATS", {**env, **p})
+
+
+def wf_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The FP16 engine's one launch: both weights' pieces, the row buffers, the staged rows."""
+    return 4 * SIZES.value("WF_FLOATS", {**env, **p})
 
 
 def wb_row_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -81,7 +91,9 @@ def wb_grad_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]
 
 def forward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     """w1 and w2 (rows padded to the warps' columns), two h_t tiles and the hidden tile; under
-    WGMMA the larger of its two launches'."""
+    WGMMA 1 the larger of its two launches', under WGMMA 2 its one launch's."""
+    if p.get("WGMMA") == 2:
+        return wf_shared_bytes(p, env)
     if p.get("WGMMA"):
         return max(wg_hidden_shared_bytes(p, env), wg_logits_shared_bytes(p, env))
     d, f, ha, bm = env["D_IN"], env["FRD_HIDDEN"], env["N_HORIZONS"] * env["N_ATOMS"], p["BM"]
@@ -132,14 +144,16 @@ _WG_SHAPE_RULE = ("WGMMA == 0 or (D_IN == 128 and FRD_HIDDEN == 128 "
                   f"and {WG_N2 - 8} < N_HORIZONS * N_ATOMS <= {WG_N2})")
 
 # The forward roles' engine: WGMMA 0 the mma.sync tiles above; 1 Hopper's warpgroup MMA for the
-# model's head shape, WG warpgroups a block, CS k-steps a chunk, SWZ the row buffer's layout.
-# Each engine's knobs sit at their defaults under the other, so every point is a distinct kernel.
-_FORWARD_KNOBS = {**_KNOBS, "WGMMA": (0, 1), "WG": (1, 2), "CS": (4, 16), "SWZ": (0, 1)}
+# model's head shape, WG warpgroups a block, CS k-steps a chunk, SWZ the row buffer's layout;
+# 2 the same on FP16 pieces in one launch (WG and SWZ; a tile's products go out at once, no CS).
+# Each engine's knobs sit at their defaults under the others, so every point is a distinct kernel.
+_FORWARD_KNOBS = {**_KNOBS, "WGMMA": (0, 1, 2), "WG": (1, 2), "CS": (4, 16), "SWZ": (0, 1)}
 _FORWARD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 16, "SWZ": 1}
 _FORWARD_RULES = (_CHUNK_RULE,
                   "(FRD_HIDDEN + 1024 // BM - 1) // (1024 // BM) <= 16",
                   "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16",
-                  "WGMMA == 1 or (WG == 2 and CS == 16 and SWZ == 1)",
+                  "WGMMA != 0 or (WG == 2 and CS == 16 and SWZ == 1)",
+                  "WGMMA != 2 or CS == 16",
                   "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
                   _WG_SHAPE_RULE)
 FORWARD_SPACE = KernelSpace(
@@ -232,7 +246,9 @@ class FrdHead(Op):
         b = dims["B"]
         plan = self.plan("forward", {"B": b}, self._forward_geometry("forward", b))
         hidden, logits = empty((b, self.hidden)), empty((b, self.n_horizons, self.n_atoms))
-        if plan.params.get("WGMMA"):
+        if plan.params.get("WGMMA") == 2:  # one launch, mma.sync's arguments
+            self._aligned(h_t=h_t, w1=w1, w2=w2)
+        elif plan.params.get("WGMMA"):
             self._wg_hidden("forward", plan, h_t, w1, b1, w2, hidden, b, stream)
             plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
                         b2=b2.gpudata, logits=logits.gpudata, B=b, shared=plan.shared,
@@ -255,7 +271,9 @@ class FrdHead(Op):
         plan = self.plan("forward_loss", {"B": b}, self._forward_geometry("forward_loss", b))
         hidden, logits, grad_logits = empty((b, self.hidden)), empty((b, h, a)), empty((b, h, a))
         ce = empty((b, h))
-        if plan.params.get("WGMMA"):
+        if plan.params.get("WGMMA") == 2:  # one launch, mma.sync's arguments
+            self._aligned(h_t=h_t, w1=w1, w2=w2)
+        elif plan.params.get("WGMMA"):
             self._wg_hidden("forward_loss", plan, h_t, w1, b1, w2, hidden, b, stream)
             plan.kernel(plan.grid, plan.block, hidden=hidden.gpudata, w2=w2.gpudata,
                         b2=b2.gpudata, labels=labels.gpudata, logits=logits.gpudata,
@@ -271,20 +289,22 @@ class FrdHead(Op):
     def _forward_geometry(self, role: str, b: int) -> Callable[[Mapping[str, Any]], tuple]:
         """(grid, block, shared bytes) of forward kernel ``role`` at batch b, from its launch
         parameters (the shared bytes as its space declares them); under WGMMA the logits
-        launch's: a block a multiprocessor at most, its warpgroups striding over 64-row tiles."""
+        launch's (WGMMA 1) or the one launch's (2): a block a multiprocessor at most, its
+        warpgroups striding over 64-row tiles."""
         shared = self.SPACES[role].shared_bytes
 
         def geometry(p: Mapping[str, Any]) -> tuple:
             if p.get("WGMMA"):
                 blocks = min(device.sm_count(), -(-b // (WG_ROWS * p["WG"])))
-                return (blocks, 1, 1), (128 * p["WG"], 1, 1), wg_logits_shared_bytes(
-                    p, self.template)
+                wg_shared = wf_shared_bytes if p["WGMMA"] == 2 else wg_logits_shared_bytes
+                return (blocks, 1, 1), (128 * p["WG"], 1, 1), wg_shared(p, self.template)
             return (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared(p, self.template)
         return geometry
 
     def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
-        """Under WGMMA a role's entry is ``frdhead_wg_<role>``."""
-        return super().kernel(f"wg_{role}" if params.get("WGMMA") else role, params)
+        """Under WGMMA 1 a role's entry is ``frdhead_wg_<role>``, under 2 ``frdhead_f16_<role>``."""
+        prefix = {0: "", 1: "wg_", 2: "f16_"}[params.get("WGMMA", 0)]
+        return super().kernel(prefix + role, params)
 
     def _aligned(self, **arrays: Any) -> None:
         """The WGMMA engine copies these arrays' rows in 16-byte pieces."""

@@ -1,8 +1,13 @@
-// FP16 pieces for wgmma (sm_90a), shared by this folder's FP16 probes (wgmma_fp16.cu,
-// fused_fp16.cu): the K-major operand layout in halves, the power-of-two scale, the pair split and
-// the register-A products (m64n128k16, m64n112k16) with float32 accumulators. Include it after
-// the library's wgmma.cuh (which has no include guard: the library's renderer inlines it once).
-#pragma once
+// Hopper's warpgroup MMA (wgmma, sm_90a) with FP16 operands and f32 accumulators, on float32
+// values cut in two FP16 pieces: big = fp16(x s), small = fp16(x s - big), s a power of two that
+// puts the largest |x| of a row in [2^14, 2^15), so no piece overflows (a value far below its
+// row's largest keeps fewer bits: its small piece is subnormal, which the float64 checks bound).
+// small.big + big.small + big.big into one f32 accumulator, then divided by both operands'
+// scales: FP16's 11-bit significand is TF32's and it rounds where the TF32 cut truncates, so
+// three products keep 3xTF32's accuracy at the 16-bit tensor rate (twice TF32's). Here: the
+// K-major operand layout in halves, the scales, the pair split, a weight's staging, the A pieces
+// from a row or from an accumulator fragment, and the register-A products (m64n128k16,
+// m64n112k16). Include it after wgmma.cuh.
 #include <cuda_fp16.h>
 
 // half offset of element (r, k) of an R-row FP16 operand, no-swizzle K-major: core matrices of
@@ -135,23 +140,6 @@ __device__ __forceinline__ void split_rows_f16(const float4 (&raw)[KD / 16][2],
         split_pair(u.z * sc[0], u.w * sc[0], big[s][2], small[s][2]);
         split_pair(v.z * sc[1], v.w * sc[1], big[s][3], small[s][3]);
     }
-}
-
-// split_rows_f16 on rows r0 and r0 + 8 of x [M, KD] straight from global memory (rows past M zero)
-template <int KD>
-__device__ __forceinline__ void rows_f16(const float* __restrict__ x, int r0, int M, int t,
-                                         unsigned (&big)[KD / 16][4], unsigned (&small)[KD / 16][4],
-                                         float (&sc)[2]) {
-    float4 raw[KD / 16][2];
-#pragma unroll
-    for (int s = 0; s < KD / 16; ++s)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            raw[s][h] = r0 + 8 * h < M
-                ? __ldg(reinterpret_cast<const float4*>(x + (size_t)(r0 + 8 * h) * KD + 16 * s
-                                                        + 4 * t))
-                : make_float4(0.f, 0.f, 0.f, 0.f);
-    split_rows_f16<KD>(raw, big, small, sc);
 }
 
 // The next layer's A pieces from an m64n128 accumulator fragment (d[4j + 2h + e]: row g + 8h,
