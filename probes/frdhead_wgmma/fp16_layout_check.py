@@ -1,15 +1,15 @@
-"""Issue 32 probe (CPU): the index arithmetic of the FP16 probes (fp16_common.cuh, fused_fp16.cu)
-replayed in NumPy under the layouts PTX documents for wgmma with FP16 operands, to catch an
+"""Issue 32 probe (CPU): the index arithmetic of the FP16 engine (cu/wgmma_f16.cuh,
+cu/frdhead_f16.cuh) replayed in NumPy under the layouts PTX documents for wgmma with FP16 operands, to catch an
 index slip before a GPU run; the hardware's own reading of those layouts is the GPU run's to
-prove. Modelled, as the code assumes them:
+prove (it did: the GPU tests of WGMMA = 2). Modelled, as the code assumes them:
   A from registers (a warp's 16 rows of the m64 tile): a0 = (g, 2t..2t + 1), a1 = (g + 8, ..),
       a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..), the lower k in the low half;
   B from shared memory, K-major, no swizzle: element (n, k) of a k16 step at byte
       start + (k // 8) * LBO + (n // 8) * SBO + (n % 8) * 16 + (k % 8) * 2, LBO = ROWS * 16,
       SBO = 128 (the descriptor f16_desc builds);
   D: d[4j + 2h + e] = (row g + 8h, column 8j + 2t + e).
-Replays stage_f16 (permuted and not), rows_f16, products_f16 (three products, float32 sums),
-acc_f16 and fused_forward_f16's epilogues on one 64-row tile, and holds the result to the
+Replays stage_f16 (permuted and not), split_rows_f16, products_f16 (three products, float32
+sums), acc_f16 and wf_forward's epilogues on one 64-row tile, and holds the result to the
 library's validation rule against float64.
 
     python probes/frdhead_wgmma/fp16_layout_check.py
