@@ -5,7 +5,7 @@
 set -uo pipefail
 out=${1:?usage: ncu_rows.sh OUT}
 mkdir -p "$out/ncu"
-kernels='regex:frdhead_wg_(hidden|forward_loss|dhidden|grad_h_t|grad_w2|grad_w1)$'
+kernels='regex:frdhead_(wg|f16)_(hidden|forward_loss|dhidden|grad_h_t|grad_w2|grad_w1)$'
 ncu --clock-control none -k "$kernels" -c 6 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section SourceCounters \
@@ -13,8 +13,8 @@ ncu --clock-control none -k "$kernels" -c 6 \
     -o "$out/ncu/rows" python probes/frdhead_wgmma/profile.py > "$out/ncu/ncu.log" 2>&1
 echo "rc=$?" >> "$out/ncu/ncu.log"
 ncu -i "$out/ncu/rows.ncu-rep" --page details --csv > "$out/ncu/details.csv" 2>> "$out/ncu/ncu.log"
-for k in hidden forward_loss dhidden grad_h_t grad_w2 grad_w1; do
-    ncu -i "$out/ncu/rows.ncu-rep" -k "frdhead_wg_$k" --page source --csv --print-source sass \
+for k in f16_forward_loss wg_hidden wg_forward_loss wg_dhidden wg_grad_h_t wg_grad_w2 wg_grad_w1; do
+    ncu -i "$out/ncu/rows.ncu-rep" -k "frdhead_$k" --page source --csv --print-source sass \
         > "$out/ncu/source_$k.csv" 2>> "$out/ncu/ncu.log"
 done
 rm -f "$out/ncu/rows.ncu-rep"

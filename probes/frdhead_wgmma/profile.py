@@ -1,6 +1,7 @@
 """Issue 32: FrdHead's launches at B = 65536, once each, for Nsight Compute (the GPU round's
 `profile` step with PROFILE_PY set to this file, or ncu_rows.sh): the forward with the loss and
-both backward stages at the WGMMA points last tuned (fixed here: a kernel edit stales the
+both backward stages at the WGMMA points last tuned (the forward with the loss on the FP16
+engine, WGMMA 2) (fixed here: a kernel edit stales the
 table, whose defaults are mma.sync), and grad_w1 on each engine. ncu replays every kernel with its
 caches flushed, so each launch's time and throughput stand alone: which of a WGMMA stage's
 launches (row product, weight gradient, reduce) sets its time."""
@@ -14,7 +15,7 @@ from pycuda_heads.core import device
 
 B, D, F, H, A = 65536, 128, 128, 5, 21
 _G = {"BM": 32, "CHUNK": 256, "WGMMA": 1, "WG": 2}
-POINTS = {"forward_loss": {**_G, "CS": 4, "SWZ": 1},
+POINTS = {"forward_loss": {"BM": 32, "CHUNK": 256, "WGMMA": 2, "WG": 2, "CS": 16, "SWZ": 1},
           "grad_w2": {**_G, "CS": 4, "BK": 32, "OCC": 1, "STAGES": 3},
           "grad_w1": {**_G, "CS": 4, "BK": 16, "OCC": 2, "STAGES": 2}}
 GRAD_W1 = {"wgmma": {"BM": 32, "CHUNK": 256, "WGMMA": 1, "WG": 2, "CS": 4, "BK": 16, "OCC": 2,
