@@ -169,6 +169,31 @@ def test_a_point_of_a_knob_the_base_lacks_is_new_not_compared(monkeypatch):
     assert proof["variants"][0]["params"]["WGMMA"] == 0 and set(archs) == {identity.ARCH}
 
 
+def test_a_wgmma_variant_is_compared_on_the_entries_it_launches(monkeypatch):
+    """A WGMMA=1 forward point launches frdhead_wg_hidden and frdhead_wg_forward: a change in
+    either differs, though the module's mma.sync entry (frdhead_forward) is the same."""
+    from pycuda_heads.verify import identity
+    default = dict(catalog()["frdhead.forward"].space.default)
+    todo = [{"kernel": "frdhead.forward", "template": {}, "origin": "sample",
+             "params": {**default, "WGMMA": 1, "CS": 4}}]
+    monkeypatch.setattr(identity, "_revision", lambda root, rev: rev)
+    monkeypatch.setattr(identity, "variants", lambda family, sample: todo)
+    monkeypatch.setattr(identity, "render_at", lambda rev, todo, root: [
+        {"source": str(rev), "host": {}, "source_hash": str(rev), "dropped": []} for v in todo])
+
+    def digests(source, fresh=False, arch=identity.ARCH):
+        same = {"ptx": "p", "cubin": "c"}
+        changed = {"ptx": source, "cubin": source}  # the base and the head differ
+        return {"ptx": source, "cubin": source,
+                "entries": {"frdhead_forward": same, "frdhead_wg_hidden": same,
+                            "frdhead_wg_forward": changed}}
+    monkeypatch.setattr(identity, "compile_digests", digests)
+    proof = identity.prove("frdhead", "base", root=ROOT)
+    row = proof["variants"][0]
+    assert row["entries"] == ["frdhead_wg_hidden", "frdhead_wg_forward"]
+    assert not row["entry_equal"] and not proof["all_equal"]
+
+
 def test_the_variants_hold_every_shipped_entry_and_every_layout():
     todo = variants("pool", sample=4)
     keys = {json.dumps([v["kernel"], v["template"], v["params"]], sort_keys=True) for v in todo}

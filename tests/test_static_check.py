@@ -64,6 +64,37 @@ def test_default_variant_has_no_atomics_or_spills(kernel, arch):
     assert 0 < report.entries[spec.entry].registers <= 255
 
 
+def _engine_points():
+    """Every FrdHead role at each engine its space has, at the suite head's shape."""
+    for kernel in ("frdhead.forward", "frdhead.forward_loss", "frdhead.grad_w2", "frdhead.grad_w1"):
+        spec = catalog()[kernel]
+        for engine in spec.space.params["WGMMA"]:
+            yield kernel, engine
+
+
+@pytest.mark.parametrize("kernel,engine", list(_engine_points()))
+def test_the_entries_a_variant_launches_are_in_its_module(kernel, engine):
+    """Op.entries names real entries of the module that variant renders, each with arguments
+    the launch can pass: what identity and the static check hold a variant to."""
+    spec = catalog()[kernel]
+    head = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
+    params = spec.space.complete({"WGMMA": engine}, head)
+    source = render(spec.family, {**head, **params}, spec.source_dir)
+    entries = spec.entries(params)
+    assert len(entries) == (2 if engine == 1 else 1)
+    assert all(arg_types(source, e) for e in entries)
+
+
+@needs_nvcc
+def test_a_wgmma_variant_is_checked_on_the_entries_it_launches():
+    spec = catalog()["frdhead.grad_w1"]
+    head = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
+    params = spec.space.complete({"WGMMA": 1, "BK": 16, "OCC": 2}, head)
+    report = check_kernel(spec, params, "sm_90", head)
+    assert set(report.entries) == {"frdhead_wg_grad_h_t", "frdhead_wg_grad_w1"}
+    assert report.ok, report.problems()
+
+
 def test_atomic_scanner_finds_atomics_and_reductions():
     ptx = """
     ld.global.f32 %f1, [%rd1];

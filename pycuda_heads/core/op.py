@@ -160,12 +160,21 @@ class Op:
         return space.violated(params, self.template,
                               {**shape, "MAX_SHARED_BYTES": self._max_shared})
 
-    def kernel(self, role: str, params: Mapping[str, Any]) -> Kernel:
-        key = (role, *params.items())
+    @classmethod
+    def entries(cls, role: str, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """The ``extern "C"`` entries of the family's module that a call of ``role`` launches at
+        ``params``, in order (a launch of another family's op, such as a reduce, not among
+        them): what the static check and ``identity`` hold to be the variant's own code."""
+        return (f"{cls.FAMILY}_{role}",)
+
+    def kernel(self, role: str, params: Mapping[str, Any], entry: str | None = None) -> Kernel:
+        """The kernel of ``role``'s last launch at ``params``, or of ``entry`` (one of
+        ``entries``)."""
+        entry = entry or self.entries(role, params)[-1]
+        key = (entry, *params.items())
         k = self._kernels.get(key)
         if k is None:
             # a variant built for sm_90a is refused in words on another GPU, not by the driver
-            entry = f"{self.FAMILY}_{role}"
             if variant_arch(params) and (cc := device.compute_capability()) != (9, 0):
                 raise ValueError(f"{type(self).__name__}: {entry} is built with "
                                  f"{WGMMA_KNOB}={params[WGMMA_KNOB]}, "

@@ -301,10 +301,18 @@ class FrdHead(Op):
             return (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared(p, self.template)
         return geometry
 
-    def kernel(self, role: str, params: Mapping[str, Any]) -> Any:
-        """Under WGMMA 1 a role's entry is ``frdhead_wg_<role>``, under 2 ``frdhead_f16_<role>``."""
-        prefix = {0: "", 1: "wg_", 2: "f16_"}[params.get("WGMMA", 0)]
-        return super().kernel(prefix + role, params)
+    @classmethod
+    def entries(cls, role: str, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """mma.sync: ``<family>_<role>``. WGMMA 1: the row launch (hidden for the forward roles,
+        the stage's row product for the backward ones), then ``<family>_wg_<role>``. WGMMA 2:
+        ``<family>_f16_<role>``."""
+        engine = params.get("WGMMA", 0)
+        if engine == 2:
+            return (f"{cls.FAMILY}_f16_{role}",)
+        if engine == 1:
+            first = {"grad_w2": "dhidden", "grad_w1": "grad_h_t"}.get(role, "hidden")
+            return (f"{cls.FAMILY}_wg_{first}", f"{cls.FAMILY}_wg_{role}")
+        return (f"{cls.FAMILY}_{role}",)
 
     def _aligned(self, **arrays: Any) -> None:
         """The WGMMA engine copies these arrays' rows in 16-byte pieces."""
@@ -314,14 +322,14 @@ class FrdHead(Op):
                                  f"{int(arr.gpudata):#x} is not 16-byte aligned, which the WGMMA "
                                  "engine needs; pass an aligned array or launch with WGMMA=0")
 
-    def _wg_first(self, role: str, entry: str, b: int, params: Mapping[str, Any],
+    def _wg_first(self, role: str, b: int, params: Mapping[str, Any],
                   geometry: Callable[[], tuple]) -> tuple:
-        """The WGMMA engine's first launch of ``role`` (entry ``wg_<entry>``): its bound kernel
+        """The WGMMA engine's first launch of ``role`` (``entries``' first): its bound kernel
         and ``geometry()`` = (grid, block, shared bytes), kept per role and batch as the plan is."""
         hit = self._first_launches.get((role, b))
         if hit is None:
             hit = self._first_launches[(role, b)] = (
-                self.kernel(entry, params).__call__, *geometry())
+                self.kernel(role, params, self.entries(role, params)[0]).__call__, *geometry())
         return hit
 
     def _wg_hidden(self, role: str, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any,
@@ -329,7 +337,7 @@ class FrdHead(Op):
         """hidden = ReLU(h_t w1^T + b1), on the logits launch's grid."""
         self._aligned(h_t=h_t, w1=w1, w2=w2)
         call, grid, block, shared = self._wg_first(
-            role, "hidden", b, plan.params,
+            role, b, plan.params,
             lambda: (plan.grid, plan.block, wg_hidden_shared_bytes(plan.params, self.template)))
         call(grid, block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
              hidden=hidden.gpudata, B=b, shared=shared, stream=stream)
@@ -344,8 +352,7 @@ class FrdHead(Op):
         weights = self._stage(
             "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
             aligned=dict(hidden=hidden, grad_logits=grad_logits),
-            rows=("dhidden", dict(grad_logits=grad_logits.gpudata, w2=w2.gpudata,
-                                  dhidden=dhidden.gpudata)),
+            rows=dict(grad_logits=grad_logits.gpudata, w2=w2.gpudata, dhidden=dhidden.gpudata),
             sums=dict(grad_logits=grad_logits.gpudata, hidden=hidden.gpudata),
             both=dict(hidden=hidden.gpudata, w2=w2.gpudata, grad_logits=grad_logits.gpudata,
                       dhidden=dhidden.gpudata))
@@ -363,20 +370,20 @@ class FrdHead(Op):
         weights = self._stage(
             "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
             aligned=dict(h_t=h_t, hidden=hidden, dhidden=dhidden),
-            rows=("grad_h_t", dict(dhidden=dhidden.gpudata, hidden=hidden.gpudata,
-                                   w1=w1.gpudata, grad_h_t=grad_h_t.gpudata)),
+            rows=dict(dhidden=dhidden.gpudata, hidden=hidden.gpudata, w1=w1.gpudata,
+                      grad_h_t=grad_h_t.gpudata),
             sums=dict(dhidden=dhidden.gpudata, hidden=hidden.gpudata, h_t=h_t.gpudata),
             both=dict(h_t=h_t.gpudata, w1=w1.gpudata, hidden=hidden.gpudata,
                       dhidden=dhidden.gpudata, grad_h_t=grad_h_t.gpudata))
         return (*_split(weights, (f, d), (f,)), grad_h_t)
 
     def _stage(self, role: str, b: int, m: int, n: int, shared_bytes: Callable[..., int],
-               stream: Any, aligned: Mapping[str, Any], rows: tuple[str, Mapping[str, Any]],
+               stream: Any, aligned: Mapping[str, Any], rows: Mapping[str, Any],
                sums: Mapping[str, Any], both: Mapping[str, Any]) -> Any:
         """A backward stage; returns its [m*n + m] weight and bias gradients, the column sums of
         a [blocks, m*n + m] scratch (a block's partials) by one reduce_axis0. mma.sync: one
         launch (arguments ``both``) makes the row gradient and the partials, CHUNK rows a block.
-        WGMMA: the row product (entry and arguments ``rows``; ``aligned`` arrays read in 16-byte
+        WGMMA: the row product (arguments ``rows``; ``aligned`` arrays read in 16-byte
         pieces), then the weight gradient (``sums``) over contiguous slices of whole BK-row
         steps, OCC blocks a multiprocessor at most."""
         def geometry(p: Mapping[str, Any]) -> tuple:
@@ -388,10 +395,9 @@ class FrdHead(Op):
         scratch = empty((plan.grid[0], m * n + m))
         if plan.params.get("WGMMA"):
             self._aligned(**aligned)
-            entry, args = rows
             call, grid, block, shared = self._wg_first(
-                role, entry, b, plan.params, lambda: self._wg_row_geometry(role, b, plan.params))
-            call(grid, block, **args, B=b, shared=shared, stream=stream)
+                role, b, plan.params, lambda: self._wg_row_geometry(role, b, plan.params))
+            call(grid, block, **rows, B=b, shared=shared, stream=stream)
             plan.kernel(plan.grid, plan.block, **sums, scratch=scratch.gpudata, B=b,
                         rows_per_block=_wg_batch_split(b, plan.params)[1], shared=plan.shared,
                         stream=stream)

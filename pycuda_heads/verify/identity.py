@@ -5,8 +5,8 @@ of its tuned entries over to the new source hash: the ``pycuda-heads identity`` 
 ``identity FAMILY --base REV`` renders each variant of the family twice, from git revision REV
 (a fresh process importing that revision's package) and from this checkout, compiles both with
 the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares what
-the variant's own entry is made of (``entry_code``: the module's other entries, which a launch of
-this one never runs, left out) in the PTX with its comment lines dropped and in the cubin, and
+the entries the variant launches (``Op.entries``: two under FrdHead's WGMMA 1) are made of
+(``entry_code``: the module's other entries, which its launches never run, left out) in the PTX with its comment lines dropped and in the cubin, and
 the host side (shared-memory bytes and whether the launch restrictions hold) at a few shapes.
 The whole module's PTX and cubin are compared too, for the record. Digests are cached; a variant
 whose two sides differ is compiled again on both sides, past the cache, before it counts. The
@@ -243,11 +243,13 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     todo, before, after = ([seq[i] for i in kept] for seq in (todo, before, after))
     sources = [r["source"] for r in (*before, *after)]
     archs = [variant_arch(v["params"]) or ARCH for v in todo] * 2
-    own = [cat[v["kernel"]].entry for v in todo]
+    own = [cat[v["kernel"]].entries(v["params"]) for v in todo]
 
     def mine(d: Mapping[str, Any], i: int) -> Any:
-        """Variant ``i``'s own entry's digests in ``d``."""
-        return d["entries"].get(own[i])
+        """The digests in ``d`` of every entry variant ``i`` launches (None where one is
+        missing)."""
+        got = [d["entries"].get(e) for e in own[i]]
+        return None if None in got else got
 
     with ThreadPoolExecutor(jobs) as pool:
         digests = list(pool.map(lambda i: compile_digests(sources[i], arch=archs[i]),
@@ -270,7 +272,7 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
                      "base": {**old, "host": before[i]["host"]},
                      "head": {**new, "host": after[i]["host"]},
                      "ptx_equal": old["ptx"] == new["ptx"],
-                     "cubin_equal": old["cubin"] == new["cubin"], "entry": own[i],
+                     "cubin_equal": old["cubin"] == new["cubin"], "entries": list(own[i]),
                      "entry_equal": entry_equal, "host_equal": host_equal,
                      "equal": entry_equal and host_equal})
     state = records.git_state(root)
@@ -345,7 +347,8 @@ def _identity_cli(args: argparse.Namespace) -> int:
               f"entry_equal={r['entry_equal']} host_equal={r['host_equal']} (the whole module: "
               f"ptx_equal={r['ptx_equal']} cubin_equal={r['cubin_equal']})")
     print(f"{proof['compared'] - len(bad)}/{proof['compared']} {args.family} variants compile "
-          f"their own entry identically ({proof['shipped']} shipped tuned); proof in {args.proof}")
+          f"their own entries identically ({proof['shipped']} shipped tuned); proof in "
+          f"{args.proof}")
     return 1 if bad else 0
 
 

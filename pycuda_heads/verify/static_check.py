@@ -114,21 +114,23 @@ def find_atomics(ptx: str) -> list[str]:
 
 
 def check_variant(family: str, constants: Mapping[str, Any], arch: str = "sm_90",
-                  entry: str | None = None, source_dir: Path | None = None) -> StaticReport:
+                  entries: tuple[str, ...] | None = None,
+                  source_dir: Path | None = None) -> StaticReport:
     """Compile one variant for ``arch`` (a variant that needs its own, ``variant_arch``, for
-    that one) and report atomics (anywhere in the module) and the resources of ``entry`` (every
-    entry when None)."""
+    that one) and report atomics (anywhere in the module) and the resources of ``entries``
+    (every entry when None)."""
     report = _check(family, constants, variant_arch(constants) or arch, source_dir)
-    if entry is not None:
-        report.entries = {k: v for k, v in report.entries.items() if k == entry}
+    if entries is not None:
+        report.entries = {k: v for k, v in report.entries.items() if k in entries}
     return report
 
 
 def check_kernel(spec: KernelSpec, params: Mapping[str, Any], arch: str = "sm_90",
                  template: Mapping[str, Any] | None = None) -> StaticReport:
-    """The static report of one point of ``spec``'s space (its own entry's resources)."""
+    """The static report of one point of ``spec``'s space (the resources of the entries it
+    launches)."""
     constants = {**spec.template(template or SUITE_TEMPLATE), **params}
-    return check_variant(spec.family, constants, arch, spec.entry, spec.source_dir)
+    return check_variant(spec.family, constants, arch, spec.entries(params), spec.source_dir)
 
 
 def _check(family: str, constants: Mapping[str, Any], arch: str,
