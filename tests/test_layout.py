@@ -148,8 +148,9 @@ def test_importing_the_package_and_its_catalog_loads_no_heavy_dependency() -> No
 def test_prepared_call_types_are_read_from_the_c_signature(kernel: str) -> None:
     spec = catalog()[kernel]
     source = render(spec.family, {**spec.template(SUITE_TEMPLATE), **spec.space.default})
-    types = arg_types(source, spec.entry)
-    assert types and set(types) <= set("PifqId")
+    for entry in spec.entries(spec.space.default):
+        types = arg_types(source, entry)
+        assert types and set(types) <= set("PifqId")
 
 
 def test_argument_types_of_a_signature() -> None:

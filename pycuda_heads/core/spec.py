@@ -130,11 +130,6 @@ class KernelSpec:
     def role(self) -> str:
         return self.space.role
 
-    @property
-    def entry(self) -> str:
-        """The kernel's ``extern "C"`` entry in ``<family>.cu`` (at its space's default)."""
-        return f"{self.family}_{self.role}"
-
     def entries(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         """The entries a call at ``params`` launches (``Op.entries``)."""
         return self.op.entries(self.role, params)

@@ -6,8 +6,9 @@ of its tuned entries over to the new source hash: the ``pycuda-heads identity`` 
 (a fresh process importing that revision's package) and from this checkout, compiles both with
 the library's own nvcc options to PTX for compute_90 and a cubin for sm_90, and compares what
 the entries the variant launches (``Op.entries``: two under FrdHead's WGMMA 1) are made of
-(``entry_code``: the module's other entries, which its launches never run, left out) in the PTX with its comment lines dropped and in the cubin, and
-the host side (shared-memory bytes and whether the launch restrictions hold) at a few shapes.
+(``entry_code``: the module's other entries, which its launches never run, left out) in the
+PTX with its comment lines dropped and in the cubin, and the host side (shared-memory bytes and
+whether the launch restrictions hold) at a few shapes.
 The whole module's PTX and cubin are compared too, for the record. Digests are cached; a variant
 whose two sides differ is compiled again on both sides, past the cache, before it counts. The
 variants are every tuned entry of the family shipped in the tables, the space defaults at every
