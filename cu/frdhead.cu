@@ -7,6 +7,7 @@
 //   grad_w2   (F.3b) dW2 = G^T hidden, db2 = sum_b G, dhidden = G w2        (G = grad_logits)
 //   grad_w1   (F.3c) dpre = dhidden * [hidden > 0], dW1 = dpre^T h_t, db1 = sum_b dpre,
 //             dh_t = dpre w1
+//   backward  both stages in turn (under WGMMA 2 their row products in one launch)
 // w1 is [F, D_IN], w2 is [HA, F] (HA = N_HORIZONS * N_ATOMS), all row-major. hidden > 0 is the
 // same mask as pre > 0, so the forward keeps no pre-activation.
 //
@@ -23,8 +24,9 @@
 // reduce_axis0. No atomics; one writer per element.
 // Template constants: D_IN, FRD_HIDDEN, N_HORIZONS, N_ATOMS; knobs BM (rows per tile: 16, 32, 64),
 // CHUNK (rows per block, a multiple of BM); WGMMA (1: frdhead_wgmma.cuh's entries for the
-// forward roles, frdhead_wgmma_bwd.cuh's for the backward stages, with their own knobs; 2, the
-// forward roles only: frdhead_f16.cuh's, both layers in one launch on FP16 pieces).
+// forward roles, frdhead_wgmma_bwd.cuh's for the backward, with their own knobs; 2:
+// frdhead_f16.cuh's, both forward layers in one launch on FP16 pieces, and frdhead_f16_bwd.cuh's,
+// both backward row products in one launch).
 #include "heads_common.cuh"
 
 // One block of 8 warps per SM: the weights and two tiles fill most of shared memory, and the
@@ -204,9 +206,15 @@ __device__ __forceinline__ float softmax_ce_row(float* z, int label, float inv_b
 }
 
 // Hopper's warpgroup MMA (sm_90a), entries frdhead_wg_*: the forward roles' engine (its knobs
-// WG, CS, SWZ) or the backward stages' (WG, CS, BK, OCC); under WGMMA 2 frdhead_f16_* (WG, SWZ)
+// WG, CS, SWZ) or the backward's (WG, CS, BK, OCC, STAGES); under WGMMA 2 frdhead_f16_*, the
+// forward roles' (WG, SWZ) or the backward's row products (WG) beside frdhead_wg_*'s weight
+// gradients. The FP16 header comes before the split: a header is inlined where it is first
+// included, and each module keeps one side.
 #if WGMMA
 #include "wgmma.cuh"
+#if WGMMA == 2
+#include "wgmma_f16.cuh"
+#endif
 #ifdef SWZ
 #include "frdhead_wgmma.cuh"
 #if WGMMA == 2
@@ -214,6 +222,9 @@ __device__ __forceinline__ float softmax_ce_row(float* z, int label, float inv_b
 #endif
 #else
 #include "frdhead_wgmma_bwd.cuh"
+#if WGMMA == 2
+#include "frdhead_f16_bwd.cuh"
+#endif
 #endif
 #endif
 

@@ -18,7 +18,6 @@
 #define WF_FLOATS (FRD_HIDDEN * WG_K + WG_N2 * WG_K + 2 * (FRD_HIDDEN + WG_N2) \
                    + WG * (WG_ROWS * WG_XROW + 4 * WG_STAGE))
 
-#include "wgmma_f16.cuh"
 
 template <bool LOSS>
 __device__ __forceinline__ void wf_forward(const float* __restrict__ h_t,

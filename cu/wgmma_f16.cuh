@@ -7,7 +7,7 @@
 // three products keep 3xTF32's accuracy at the 16-bit tensor rate (twice TF32's). Here: the
 // K-major operand layout in halves, the scales, the pair split, a weight's staging, the A pieces
 // from a row or from an accumulator fragment, and the register-A products (m64n128k16,
-// m64n112k16). Include it after wgmma.cuh.
+// m64n112k16; and m64n128k16 on a K-major operand read transposed). Include it after wgmma.cuh.
 #include <cuda_fp16.h>
 
 // half offset of element (r, k) of an R-row FP16 operand, no-swizzle K-major: core matrices of
@@ -177,6 +177,39 @@ __device__ __forceinline__ void products_f16(float (&d)[NACC], const unsigned (&
             wgmma_f16(d, big[s], f16_desc<ROWS>(ws + kb));
         }
         wgmma_f16(d, big[s], f16_desc<ROWS>(wb + kb));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// d (m64n128, f32) += A (registers) . B^T, B a K-major FP16 operand read transposed (wgmma's
+// imm-trans-b: the operand's rows are this product's k, its k this product's n)
+__device__ __forceinline__ void wgmma_f16_t(float (&d)[64], const unsigned (&a)[4],
+                                            unsigned long long db) {
+    asm volatile(WG_F16_OPEN(128) ", %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : WG_ACC_56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// d = A . W over KS k16 steps, W's pieces [KROWS x 128] staged K-major (rows = this product's
+// k) and read transposed: the descriptor's leading byte offset is the k step (one core
+// matrix, 128 bytes), its stride the n step (KROWS * 16 bytes); three products a step, then
+// waited for
+template <int KROWS, int KS>
+__device__ __forceinline__ void products_t(float (&d)[64], const unsigned (&big)[KS][4],
+                                           const unsigned (&small)[KS][4], const __half* wb,
+                                           const __half* ws) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) d[i] = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+        const int kb = 2 * s * 64;  // halves to this step's first core matrix
+        wgmma_f16_t(d, small[s], wg_desc(reinterpret_cast<const float*>(wb + kb), 128, KROWS * 16));
+        wgmma_f16_t(d, big[s], wg_desc(reinterpret_cast<const float*>(ws + kb), 128, KROWS * 16));
+        wgmma_f16_t(d, big[s], wg_desc(reinterpret_cast<const float*>(wb + kb), 128, KROWS * 16));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

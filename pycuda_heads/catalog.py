@@ -94,27 +94,35 @@ class Catalog:
 
     def bench_cases(self) -> list[BenchCase]:
         """Per family and suite shape: each kernel's pass, then fwd+bwd where the family has a
-        forward and backward stages (every other kernel, in declaration order, but a fused
-        forward such as ``forward_loss``, a pass of its own), and fwd+loss+bwd where a forward
-        fuses other kernels: it and the backward stages, beside the kernels it fuses and the
-        backward stages (``BenchCase.separate``)."""
+        forward and a backward (every other kernel that no kernel of the family fuses, in
+        declaration order, but a fused forward such as ``forward_loss``, a pass of its own),
+        and fwd+loss+bwd where a forward fuses other kernels: it and the backward, beside the
+        same work unfused (``BenchCase.separate``: ``unfused``)."""
         out = []
         for family, specs in self.families().items():
             entries = list(dict.fromkeys(tuple(sorted(s.items())) for k in specs for s in k.suite))
             roles = {k.role: k for k in specs}
+            fused = {f for k in specs for f in k.fuses}
             for items in entries:
                 over = {k: v for k, v in items if k in SUITE_TEMPLATE}
                 shape = {k: v for k, v in items if k not in SUITE_TEMPLATE}
                 for k in specs:
                     out.append(BenchCase(family, k.pass_name, shape, (k,), over))
                 if "forward" in roles and len(specs) > 1:
-                    backward = tuple(k for k in specs if not k.role.startswith("forward"))
+                    backward = tuple(k for k in specs
+                                     if not k.role.startswith("forward") and k.id not in fused)
                     out.append(BenchCase(family, FWD_BWD, shape, (roles["forward"], *backward),
                                          over))
                     out += [BenchCase(family, FWD_LOSS_BWD, shape, (k, *backward), over,
-                                      tuple(self[f] for f in k.fuses) + backward)
-                            for k in specs if k.fuses]
+                                      self.unfused(k, *backward))
+                            for k in specs if k.role.startswith("forward") and k.fuses]
         return out
+
+    def unfused(self, *specs: KernelSpec) -> tuple[KernelSpec, ...]:
+        """The kernels that do ``specs``' work one at a time: each fused kernel replaced by the
+        kernels it fuses, in turn."""
+        return tuple(u for k in specs
+                     for u in (self.unfused(*(self[f] for f in k.fuses)) if k.fuses else (k,)))
 
     def family_inputs(self, family: str, template: Mapping[str, int], shape: Dims,
                       seed: int = 0) -> dict[str, Any]:

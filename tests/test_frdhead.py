@@ -44,6 +44,13 @@ WGMMA_BWD = ([("frdhead.grad_w2", {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC"
                                      "STAGES": st})
                 for wg, cs, bk, occ, st in ((1, 2, 16, 2, 2), (1, 4, 32, 1, 2), (2, 4, 16, 2, 2),
                                             (2, 2, 16, 1, 4), (2, 4, 32, 1, 3), (1, 8, 16, 2, 3))])
+# Both stages as one role: the FP16 row products (WGMMA 2) at both warpgroup counts beside
+# weight gradients of either batch step and ring depth, the 3xTF32 stages (WGMMA 1) and
+# mma.sync (WGMMA 0).
+BACKWARD = [{"WGMMA": 2, "WG": 2, "BK": 32, "OCC": 1, "STAGES": 3},
+            {"WGMMA": 2, "WG": 1, "BK": 16, "OCC": 2, "STAGES": 2},
+            {"WGMMA": 2, "WG": 2, "BK": 16, "OCC": 1, "STAGES": 4},
+            {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC": 1, "STAGES": 3}, {"WGMMA": 0}]
 
 
 def _hopper():
@@ -120,6 +127,47 @@ def test_wgmma_backward_matches_reference(variant, b):
     _hopper()
     kernel, params = variant
     assert_variant_passes(kernel, SUITE_HEAD, {"B": b}, params)
+
+
+def _bwd_id(p):
+    return "-".join(f"{k}{v}" for k, v in p.items())
+
+
+@pytest.mark.parametrize("params", BACKWARD, ids=_bwd_id)
+@pytest.mark.parametrize("check", ["parity_numgrad", "dead_unit", "sentinel_rows"])
+def test_backward_oracles(params, check):
+    _hopper()
+    result = oracles("frdhead.backward", params=params)[check]
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("b", [1, 63, 333, 4097, 20000])
+@pytest.mark.parametrize("params", BACKWARD, ids=_bwd_id)
+def test_backward_matches_reference(params, b):
+    """float64 reference, every output written (poisoned), bitwise reruns; from one row to more
+    64-row tiles than warpgroups and more batch steps than weight-gradient blocks."""
+    _hopper()
+    assert_variant_passes("frdhead.backward", SUITE_HEAD, {"B": b}, params)
+
+
+def test_f16_backward_keeps_float32_accuracy_on_wide_rows():
+    """WGMMA 2 scales each row of G, w2, dpre and w1 by one power of two, and folds w2's and
+    w1's row scales into G's and dpre's columns: values 2^12 apart along a row and down a
+    weight's column stay within the float64 rule."""
+    _hopper()
+    from pycuda_heads.catalog import catalog
+    from pycuda_heads.verify.checks import compare
+    spec = catalog()["frdhead.backward"]
+    x = spec.make_inputs(SUITE_HEAD, {"B": 777}, seed=3)
+    x["grad_logits"][:, :, ::4] *= np.float32(2 ** 12)
+    x["w2"][:, ::3, :] *= np.float32(2 ** -12)
+    x["w1"][::5] *= np.float32(2 ** 12)
+    head = ph.FrdHead(128, 128, 5, 21, launch={"backward": {"WGMMA": 2}})
+    got = [g.get() for g in head.backward(*(x[n] for n in spec.reads))]
+    want64, want32 = spec.run_reference(x), spec.run_reference(x, np.float32)
+    for name, g, w64, w32 in zip(spec.writes, got, want64, want32):
+        result = compare(g, w64, w32)
+        assert result["passed"], (name, result)
 
 
 def test_wgmma_backward_refuses_misaligned_rows():

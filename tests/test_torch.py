@@ -246,6 +246,7 @@ def operator_cases(b, k):
     rgb = rg.backward(*_arrays(c, w_res, alpha, residual, grad_out))
     g2, g1 = head.grad_w2(*_arrays(hidden, w2, grad_logits)), head.grad_w1(
         *_arrays(h_t, w1, hidden, dhidden))
+    gb = head.backward(*_arrays(h_t, w1, w2, hidden, grad_logits))
     return {
         "pool_forward": (pool, [q_h, ln], [a.get() for a in pool.forward(*_arrays(q_h, ln))]),
         "pool_backward": (pool, [q_h, ln, attn, grad_ctx, ctx, grad_attn],
@@ -264,6 +265,8 @@ def operator_cases(b, k):
                                      *_arrays(h_t, w1, b1, w2, b2, labels_h))]),
         "frdhead_grad_w2": (head, [hidden, w2, grad_logits], [row(g2[0], g2[1]), g2[2].get()]),
         "frdhead_grad_w1": (head, [h_t, w1, hidden, dhidden], [row(g1[0], g1[1]), g1[2].get()]),
+        "frdhead_backward": (head, [h_t, w1, w2, hidden, grad_logits],
+                             [row(gb[0], gb[1]), row(gb[2], gb[3]), gb[4].get()]),
     }
 
 

@@ -58,6 +58,11 @@ def _grad_row(fn):
     return kernel
 
 
+def _backward_rows(gw1, gb1, gw2, gb2, gh):
+    return (torch.cat([gw1.reshape(-1), gb1.reshape(-1)]),
+            torch.cat([gw2.reshape(-1), gb2.reshape(-1)]), gh)
+
+
 def _adam_cpu(param, grad, m, v, t, op):
     new = torch_step(torch, param, grad, m, v, t)
     for dst, src in zip((param, m, v), new):
@@ -74,6 +79,7 @@ CPU_KERNELS = {
     "frdhead_forward_loss": lambda *a: frdhead.torch_forward_loss(torch, *a[:-1]),
     "frdhead_grad_w2": _grad_row(frdhead.torch_grad_w2),
     "frdhead_grad_w1": _grad_row(frdhead.torch_grad_w1),
+    "frdhead_backward": lambda *a: _backward_rows(*frdhead.torch_backward(torch, *a[:-1])),
     "adam_step": _adam_cpu,
 }
 
@@ -122,6 +128,7 @@ def _cases(b, k):
                                  r(H, A, F, grad=True), r(H, A, grad=True), labels],
         "frdhead_grad_w2": [hidden, r(H, A, F), r(b, H, A)],
         "frdhead_grad_w1": [r(b, I), r(F, I), hidden, r(b, F)],
+        "frdhead_backward": [r(b, I), r(F, I), r(H, A, F), hidden, r(b, H, A)],
         "adam_step": [r(50), r(50), r(50), r(50).abs(), 3],
     }
 

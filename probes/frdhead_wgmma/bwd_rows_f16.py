@@ -1,5 +1,6 @@
 """Issue 32 probe: the FRD head backward's two row products in one launch on FP16 pieces
-(bwd_rows_f16.cu: dpre = (G w2) . [hidden > 0], grad_h_t = dpre w1) against float64, and the
+(cu/frdhead_f16_bwd.cuh's frdhead_f16_rows, first written here: dpre = (G w2) . [hidden > 0],
+grad_h_t = dpre w1) against float64, and the
 library's backward stages (grad_w2, grad_w1 at their shipped launches) in the same run, at
 B = 65536, 16384, 1024 and 333 (a short last tile, checked only). hidden and G come from the
 library's forward_loss. Outputs are poisoned with NaN, checked by the library's rule
@@ -22,15 +23,14 @@ import numpy as np
 from pycuda_heads.core.compile import NVCC_OPTIONS, WGMMA_ARCH
 from pycuda_heads.core.source import cu_dir, render
 
-HERE = Path(__file__).resolve().parent
 D = F = 128
 H, A = 5, 21
 HA, KG = H * A, 112
 BATCHES = (65536, 16384, 1024, 333)
-# the family's constants and the backward knobs (wb_copy_rows, the WB_* sizes); the mma.sync and
-# weight-gradient knobs only compile beside it
+# the family's constants and the backward's knobs at WGMMA 2 (the mma.sync and weight-gradient
+# knobs only compile beside it)
 FAMILY = {"D_IN": D, "FRD_HIDDEN": F, "N_HORIZONS": H, "N_ATOMS": A, "BM": 32, "CHUNK": 256,
-          "WGMMA": 1, "CS": 4, "BK": 32, "OCC": 1, "STAGES": 3}
+          "WGMMA": 2, "CS": 4, "BK": 32, "OCC": 1, "STAGES": 3}
 VARIANTS = {"wg2": 2, "wg1": 1}
 
 
@@ -40,7 +40,7 @@ def shared(wg: int) -> int:
 
 
 def source(wg: int) -> str:
-    return render("frdhead", {**FAMILY, "WG": wg}) + "\n" + (HERE / "bwd_rows_f16.cu").read_text()
+    return render("frdhead", {**FAMILY, "WG": wg})
 
 
 def nvcc_report() -> None:
@@ -53,10 +53,10 @@ def nvcc_report() -> None:
                  "-gencode=arch=compute_90a,code=sm_90a", "-o", str(Path(tmp) / "v.cubin"),
                  str(cu)], capture_output=True, text=True)
         lines = proc.stderr.splitlines()
-        at = next((i for i, s in enumerate(lines) if "'bwd_rows_f16'" in s), None)
+        at = next((i for i, s in enumerate(lines) if "'frdhead_f16_rows'" in s), None)
         print(f"{name}: nvcc rc {proc.returncode}, shared {shared(wg)} B",
               *(lines[at:at + 4] if at is not None else [s for s in lines if "error" in s][:5]),
-              *[s for s in lines if "C75" in s and "bwd_rows_f16" in s], sep="\n  ")
+              *[s for s in lines if "C75" in s and "frdhead_f16_rows" in s], sep="\n  ")
 
 
 def reference(host: dict, dtype: type) -> tuple[np.ndarray, np.ndarray]:
@@ -81,7 +81,7 @@ def variant(name: str) -> dict:
     with device.thread_context():
         fn = SourceModule(source(wg), no_extern_c=True, arch=WGMMA_ARCH,
                           include_dirs=[str(cu_dir())], options=list(NVCC_OPTIONS)
-                          ).get_function("bwd_rows_f16")
+                          ).get_function("frdhead_f16_rows")
     fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared(wg))
     out = {"registers": fn.num_regs, "shared_bytes": shared(wg), "batches": {}}
     head = ph.FrdHead(D, F, H, A)

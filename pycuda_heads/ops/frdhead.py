@@ -14,7 +14,12 @@ hidden, then the logits with or without the loss; each backward stage
 (cu/frdhead_wgmma_bwd.cuh): its row product (dhidden or grad_h_t), then its weight gradient's
 scratch rows. The forward roles have a third, ``WGMMA`` = 2 (cu/frdhead_f16.cuh): the same
 products on FP16 pieces scaled by powers of two (as accurate, at twice the tensor rate), whose
-weights fit one block, so both layers and the loss are one launch."""
+weights fit one block, so both layers and the loss are one launch.
+
+``backward`` is both stages in one call, a role of its own: at ``WGMMA`` = 0 or 1 the stages'
+kernels in turn at its point; at ``WGMMA`` = 2 (cu/frdhead_f16_bwd.cuh) both row products (dpre
+and grad_h_t) in one launch on FP16 pieces, dhidden never going to memory, then the two WGMMA
+weight gradients."""
 from __future__ import annotations
 
 import math
@@ -61,7 +66,8 @@ def _ld_rows(n: int) -> int:
 SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma.cuh",
                     cu_dir() / "frdhead_f16.cuh")
 WG_ROWS, WG_N2 = SIZES.value("WG_ROWS", {}), SIZES.value("WG_N2", {})
-BWD_SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma_bwd.cuh")
+BWD_SIZES = HeaderSizes(cu_dir() / "frdhead.cu", cu_dir() / "frdhead_wgmma_bwd.cuh",
+                        cu_dir() / "frdhead_f16_bwd.cuh")
 
 
 def wg_hidden_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
@@ -114,6 +120,11 @@ def _stage_shared_bytes(p: Mapping[str, Any], m: int, n: int, masked: bool) -> i
                 + 2 * bm * ((2 if masked else 1) * _ld_kmajor(m) + _ld_kmajor(n)))
 
 
+def wr_rows_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The FP16 backward's row-product launch: both weights' pieces and a G tile a warpgroup."""
+    return 4 * BWD_SIZES.value("WR_ROWS_FLOATS", {**env, **p})
+
+
 def _wb_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return max(wb_row_shared_bytes(role, p, env), wb_grad_shared_bytes(role, p, env))
 
@@ -130,6 +141,14 @@ def grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     if p.get("WGMMA"):
         return _wb_shared_bytes("grad_w1", p, env)
     return _stage_shared_bytes(p, env["FRD_HIDDEN"], env["D_IN"], True)
+
+
+def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The largest of its launches'."""
+    if p.get("WGMMA") == 2:
+        return max(wr_rows_shared_bytes(p, env), wb_grad_shared_bytes("grad_w2", p, env),
+                   wb_grad_shared_bytes("grad_w1", p, env))
+    return max(grad_w2_shared_bytes(p, env), grad_w1_shared_bytes(p, env))
 
 
 # BM rows per tile (one m16 tile per warp row), CHUNK rows per block. Accumulators stay at or
@@ -200,11 +219,26 @@ GRAD_W1_SPACE = KernelSpace(
     restrictions=(*_GRAD_RULES, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
     launch_restrictions=_grad_launch("grad_w1"), shared_bytes=grad_w1_shared_bytes)
 
+# Both stages at one point: WGMMA 0 and 1 the stages' kernels, with their knobs; 2 both row
+# products in one launch (WG warpgroups a block; no CS), then WGMMA 1's weight gradients (BK,
+# OCC, STAGES). Every rule of both stages holds.
+BACKWARD_SPACE = KernelSpace(
+    kernel="frdhead.backward", params={**_GRAD_KNOBS, "WGMMA": (0, 1, 2)}, default=_GRAD_DEFAULT,
+    restrictions=(_CHUNK_RULE,
+                  "WGMMA != 0 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2 and STAGES == 2)",
+                  "WGMMA != 2 or CS == 4",
+                  *_GRAD_RULES[2:], *GRAD_W2_SPACE.restrictions[len(_GRAD_RULES):],
+                  *GRAD_W1_SPACE.restrictions[len(_GRAD_RULES):]),
+    launch_restrictions=(*_grad_launch("grad_w2"), *_grad_launch("grad_w1")[len(_LAUNCH):]),
+    shared_bytes=backward_shared_bytes)
+
 
 FORWARD_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"),
                         b2=("H", "A"))
 GRAD_W2_INPUTS = Inputs(hidden=("B", "F"), w2=("H", "A", "F"), grad_logits=("B", "H", "A"))
 GRAD_W1_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), hidden=("B", "F"), dhidden=("B", "F"))
+BACKWARD_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), w2=("H", "A", "F"), hidden=("B", "F"),
+                         grad_logits=("B", "H", "A"))
 LOSS_INPUTS = Inputs(h_t=("B", "I"), w1=("F", "I"), b1=("F",), w2=("H", "A", "F"), b2=("H", "A"),
                      labels=(("B", "H"), np.int32))
 LOSS_NAMES = tuple(name for name, *_ in LOSS_INPUTS.args)
@@ -213,14 +247,17 @@ LOSS_NAMES = tuple(name for name, *_ in LOSS_INPUTS.args)
 class FrdHead(Op):
     """hidden, logits = head.forward(h_t, w1, b1, w2, b2);
     grad_w2, grad_b2, dhidden = head.grad_w2(hidden, w2, grad_logits);
-    grad_w1, grad_b1, grad_h_t = head.grad_w1(h_t, w1, hidden, dhidden).
+    grad_w1, grad_b1, grad_h_t = head.grad_w1(h_t, w1, hidden, dhidden);
+    grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t = head.backward(h_t, w1, w2, hidden,
+                                                                 grad_logits)   (both stages).
 
     Shapes: h_t [B, D_in], w1 [F, D_in], b1 [F], w2 [H, A, F] (the [H*A, F] layer-2 matrix
     viewed per horizon), b2 [H, A]; logits [B, H, A] go to ``FrdSoftmaxCE``.
     """
 
     FAMILY = "frdhead"
-    SPACES = by_role(FORWARD_SPACE, FORWARD_LOSS_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE)
+    SPACES = by_role(FORWARD_SPACE, FORWARD_LOSS_SPACE, GRAD_W2_SPACE, GRAD_W1_SPACE,
+                     BACKWARD_SPACE)
 
     @classmethod
     def constructor_kwargs(cls, template: Mapping[str, int]) -> dict[str, int]:
@@ -235,8 +272,9 @@ class FrdHead(Op):
                           "N_ATOMS": n_atoms}, launch)
         self.d_in, self.hidden, self.n_horizons, self.n_atoms = d_in, hidden, n_horizons, n_atoms
         self.bound = {"I": d_in, "F": hidden, "H": n_horizons, "A": n_atoms}
-        #: (role, B) -> the WGMMA engine's first launch (bound kernel, grid, block, shared bytes)
-        self._first_launches: dict[tuple[str, int], tuple] = {}
+        #: (role, entry, B) -> a launch a plan does not hold (bound kernel, grid, block, shared
+        #: bytes): the WGMMA engines' first launches, the backward's
+        self._launches: dict[tuple[str, str, int], tuple] = {}
 
     def forward(self, h_t: Any, w1: Any, b1: Any, w2: Any, b2: Any, *,
                 stream: Any = None) -> tuple[Any, Any]:
@@ -305,8 +343,14 @@ class FrdHead(Op):
     def entries(cls, role: str, params: Mapping[str, Any]) -> tuple[str, ...]:
         """mma.sync: ``<family>_<role>``. WGMMA 1: the row launch (hidden for the forward roles,
         the stage's row product for the backward ones), then ``<family>_wg_<role>``. WGMMA 2:
-        ``<family>_f16_<role>``."""
+        ``<family>_f16_<role>``. ``backward``: the stages' in turn, but at WGMMA 2 the row
+        products' one launch ``<family>_f16_rows`` before the two weight gradients."""
         engine = params.get("WGMMA", 0)
+        if role == "backward":
+            if engine == 2:
+                return (f"{cls.FAMILY}_f16_rows", f"{cls.FAMILY}_wg_grad_w2",
+                        f"{cls.FAMILY}_wg_grad_w1")
+            return (*cls.entries("grad_w2", params), *cls.entries("grad_w1", params))
         if engine == 2:
             return (f"{cls.FAMILY}_f16_{role}",)
         if engine == 1:
@@ -322,22 +366,22 @@ class FrdHead(Op):
                                  f"{int(arr.gpudata):#x} is not 16-byte aligned, which the WGMMA "
                                  "engine needs; pass an aligned array or launch with WGMMA=0")
 
-    def _wg_first(self, role: str, b: int, params: Mapping[str, Any],
-                  geometry: Callable[[], tuple]) -> tuple:
-        """The WGMMA engine's first launch of ``role`` (``entries``' first): its bound kernel
-        and ``geometry()`` = (grid, block, shared bytes), kept per role and batch as the plan is."""
-        hit = self._first_launches.get((role, b))
+    def _launch(self, role: str, entry: str, b: int, params: Mapping[str, Any],
+                geometry: Callable[[], tuple]) -> tuple:
+        """Entry ``entry`` of ``role``'s launch at ``params``: its bound kernel and ``geometry()``
+        = (grid, block, shared bytes), kept per role, entry and batch as a plan is."""
+        hit = self._launches.get((role, entry, b))
         if hit is None:
-            hit = self._first_launches[(role, b)] = (
-                self.kernel(role, params, self.entries(role, params)[0]).__call__, *geometry())
+            hit = self._launches[(role, entry, b)] = (
+                self.kernel(role, params, entry).__call__, *geometry())
         return hit
 
     def _wg_hidden(self, role: str, plan: Any, h_t: Any, w1: Any, b1: Any, w2: Any,
                    hidden: Any, b: int, stream: Any) -> None:
         """hidden = ReLU(h_t w1^T + b1), on the logits launch's grid."""
         self._aligned(h_t=h_t, w1=w1, w2=w2)
-        call, grid, block, shared = self._wg_first(
-            role, b, plan.params,
+        call, grid, block, shared = self._launch(
+            role, self.entries(role, plan.params)[0], b, plan.params,
             lambda: (plan.grid, plan.block, wg_hidden_shared_bytes(plan.params, self.template)))
         call(grid, block, h_t=h_t.gpudata, w1=w1.gpudata, b1=b1.gpudata,
              hidden=hidden.gpudata, B=b, shared=shared, stream=stream)
@@ -347,10 +391,14 @@ class FrdHead(Op):
         """F.3b: grad_w2[H, A, F], grad_b2[H, A] and dhidden[B, F]."""
         (hidden, w2, grad_logits), dims = GRAD_W2_INPUTS.adapt(self._checked, self.bound,
                                                                hidden, w2, grad_logits)
-        b, ha, f = dims["B"], self.n_horizons * self.n_atoms, self.hidden
+        return self._grad_w2("grad_w2", dims["B"], hidden, w2, grad_logits, stream)
+
+    def _grad_w2(self, role: str, b: int, hidden: Any, w2: Any, grad_logits: Any,
+                 stream: Any) -> tuple[Any, Any, Any]:
+        ha, f = self.n_horizons * self.n_atoms, self.hidden
         dhidden = empty((b, f))
         weights = self._stage(
-            "grad_w2", b, ha, f, grad_w2_shared_bytes, stream,
+            "grad_w2", role, b, ha, f, stream,
             aligned=dict(hidden=hidden, grad_logits=grad_logits),
             rows=dict(grad_logits=grad_logits.gpudata, w2=w2.gpudata, dhidden=dhidden.gpudata),
             sums=dict(grad_logits=grad_logits.gpudata, hidden=hidden.gpudata),
@@ -365,10 +413,14 @@ class FrdHead(Op):
         (pre-activation <= 0) pass no gradient."""
         (h_t, w1, hidden, dhidden), dims = GRAD_W1_INPUTS.adapt(self._checked, self.bound,
                                                                 h_t, w1, hidden, dhidden)
-        b, f, d = dims["B"], self.hidden, self.d_in
+        return self._grad_w1("grad_w1", dims["B"], h_t, w1, hidden, dhidden, stream)
+
+    def _grad_w1(self, role: str, b: int, h_t: Any, w1: Any, hidden: Any, dhidden: Any,
+                 stream: Any) -> tuple[Any, Any, Any]:
+        f, d = self.hidden, self.d_in
         grad_h_t = empty((b, d))
         weights = self._stage(
-            "grad_w1", b, f, d, grad_w1_shared_bytes, stream,
+            "grad_w1", role, b, f, d, stream,
             aligned=dict(h_t=h_t, hidden=hidden, dhidden=dhidden),
             rows=dict(dhidden=dhidden.gpudata, hidden=hidden.gpudata, w1=w1.gpudata,
                       grad_h_t=grad_h_t.gpudata),
@@ -377,47 +429,81 @@ class FrdHead(Op):
                       dhidden=dhidden.gpudata, grad_h_t=grad_h_t.gpudata))
         return (*_split(weights, (f, d), (f,)), grad_h_t)
 
-    def _stage(self, role: str, b: int, m: int, n: int, shared_bytes: Callable[..., int],
-               stream: Any, aligned: Mapping[str, Any], rows: Mapping[str, Any],
-               sums: Mapping[str, Any], both: Mapping[str, Any]) -> Any:
-        """A backward stage; returns its [m*n + m] weight and bias gradients, the column sums of
-        a [blocks, m*n + m] scratch (a block's partials) by one reduce_axis0. mma.sync: one
-        launch (arguments ``both``) makes the row gradient and the partials, CHUNK rows a block.
-        WGMMA: the row product (arguments ``rows``; ``aligned`` arrays read in 16-byte
-        pieces), then the weight gradient (``sums``) over contiguous slices of whole BK-row
-        steps, OCC blocks a multiprocessor at most."""
-        def geometry(p: Mapping[str, Any]) -> tuple:
-            if p.get("WGMMA"):
-                return ((_wg_batch_split(b, p)[0], 1, 1), (256, 1, 1),
-                        wb_grad_shared_bytes(role, p, self.template))
-            return (-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)
-        plan = self.plan(role, {"B": b}, geometry)
-        scratch = empty((plan.grid[0], m * n + m))
-        if plan.params.get("WGMMA"):
+    def _stage(self, stage: str, role: str, b: int, m: int, n: int, stream: Any,
+               aligned: Mapping[str, Any], rows: Mapping[str, Any], sums: Mapping[str, Any],
+               both: Mapping[str, Any]) -> Any:
+        """Backward stage ``stage`` at ``role``'s point (its own, or the backward's); returns its
+        [m*n + m] weight and bias gradients, the column sums of a [blocks, m*n + m] scratch (a
+        block's partials) by one reduce_axis0. mma.sync: one launch (arguments ``both``) makes
+        the row gradient and the partials, CHUNK rows a block. WGMMA: the row product
+        (arguments ``rows``; ``aligned`` arrays read in 16-byte pieces), then the weight
+        gradient (``sums``)."""
+        p = self.launch_params(role, {"B": b})
+        if p.get("WGMMA"):
             self._aligned(**aligned)
-            call, grid, block, shared = self._wg_first(
-                role, b, plan.params, lambda: self._wg_row_geometry(role, b, plan.params))
+            call, grid, block, shared = self._launch(
+                role, f"{self.FAMILY}_wg_" + {"grad_w2": "dhidden", "grad_w1": "grad_h_t"}[stage],
+                b, p, lambda: self._wg_row_geometry(stage, b, p))
             call(grid, block, **rows, B=b, shared=shared, stream=stream)
-            plan.kernel(plan.grid, plan.block, **sums, scratch=scratch.gpudata, B=b,
-                        rows_per_block=_wg_batch_split(b, plan.params)[1], shared=plan.shared,
-                        stream=stream)
-        else:
-            plan.kernel(plan.grid, plan.block, **both, scratch=scratch.gpudata, B=b,
-                        shared=plan.shared, stream=stream)
-        return reducer().sum_rows(scratch, plan.grid[0], m * n + m, stream)
+            return self._weight_grad(stage, role, b, p, m * n + m, sums, stream)
+        shared_bytes = grad_w2_shared_bytes if stage == "grad_w2" else grad_w1_shared_bytes
+        call, grid, block, shared = self._launch(
+            role, f"{self.FAMILY}_{stage}", b, p,
+            lambda: ((-(-b // p["CHUNK"]), 1, 1), (THREADS, 1, 1), shared_bytes(p, self.template)))
+        scratch = empty((grid[0], m * n + m))
+        call(grid, block, **both, scratch=scratch.gpudata, B=b, shared=shared, stream=stream)
+        return reducer().sum_rows(scratch, grid[0], m * n + m, stream)
 
-    def _wg_row_geometry(self, role: str, b: int, p: Mapping[str, Any]) -> tuple:
+    def _weight_grad(self, stage: str, role: str, b: int, p: Mapping[str, Any], width: int,
+                     sums: Mapping[str, Any], stream: Any) -> Any:
+        """A WGMMA weight gradient (``<family>_wg_<stage>``, arguments ``sums``) over contiguous
+        slices of whole BK-row steps, OCC blocks a multiprocessor at most: the column sums of its
+        [blocks, width] scratch."""
+        blocks, per_block = _wg_batch_split(b, p)
+        call, grid, block, shared = self._launch(
+            role, f"{self.FAMILY}_wg_{stage}", b, p,
+            lambda: ((blocks, 1, 1), (256, 1, 1), wb_grad_shared_bytes(stage, p, self.template)))
+        scratch = empty((blocks, width))
+        call(grid, block, **sums, scratch=scratch.gpudata, B=b, rows_per_block=per_block,
+             shared=shared, stream=stream)
+        return reducer().sum_rows(scratch, blocks, width, stream)
+
+    def _wg_row_geometry(self, stage: str, b: int, p: Mapping[str, Any]) -> tuple:
         """A backward stage's row product: a block a multiprocessor at most, its WG warpgroups
         striding over 64-row tiles."""
         blocks = min(device.sm_count(), -(-b // (WG_ROWS * p["WG"])))
-        return (blocks, 1, 1), (128 * p["WG"], 1, 1), wb_row_shared_bytes(role, p, self.template)
+        return (blocks, 1, 1), (128 * p["WG"], 1, 1), wb_row_shared_bytes(stage, p, self.template)
 
     def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
                  stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
-        """Both stages: grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t."""
-        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits, stream=stream)
-        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden, stream=stream)
-        return gw1, gb1, gw2, gb2, gh
+        """Both stages (grad_w2's, then grad_w1's) at the point of role ``backward``: grad_w1,
+        grad_b1, grad_w2, grad_b2, grad_h_t. At WGMMA 2 dpre = dhidden . [hidden > 0] and
+        grad_h_t come from one launch, and grad_w1's weight gradient sums dpre."""
+        (h_t, w1, w2, hidden, grad_logits), dims = BACKWARD_INPUTS.adapt(
+            self._checked, self.bound, h_t, w1, w2, hidden, grad_logits)
+        b = dims["B"]
+        p = self.launch_params("backward", {"B": b})
+        if p.get("WGMMA") != 2:
+            gw2, gb2, dhidden = self._grad_w2("backward", b, hidden, w2, grad_logits, stream)
+            gw1, gb1, gh = self._grad_w1("backward", b, h_t, w1, hidden, dhidden, stream)
+            return gw1, gb1, gw2, gb2, gh
+        self._aligned(h_t=h_t, w1=w1, w2=w2, hidden=hidden, grad_logits=grad_logits)
+        h, a, f, d = self.n_horizons, self.n_atoms, self.hidden, self.d_in
+        dpre, grad_h_t = empty((b, f)), empty((b, d))
+        call, grid, block, shared = self._launch(
+            "backward", f"{self.FAMILY}_f16_rows", b, p,
+            lambda: (self._wg_row_geometry("grad_w2", b, p)[:2]
+                     + (wr_rows_shared_bytes(p, self.template),)))
+        call(grid, block, grad_logits=grad_logits.gpudata, hidden=hidden.gpudata,
+             w1=w1.gpudata, w2=w2.gpudata, dpre=dpre.gpudata, grad_h_t=grad_h_t.gpudata, B=b,
+             shared=shared, stream=stream)
+        w2_sums = self._weight_grad("grad_w2", "backward", b, p, h * a * f + h * a,
+                                    dict(grad_logits=grad_logits.gpudata,
+                                         hidden=hidden.gpudata), stream)
+        w1_sums = self._weight_grad("grad_w1", "backward", b, p, f * d + f,
+                                    dict(dhidden=dpre.gpudata, hidden=hidden.gpudata,
+                                         h_t=h_t.gpudata), stream)
+        return (*_split(w1_sums, (f, d), (f,)), *_split(w2_sums, (h, a, f), (h, a)), grad_h_t)
 
 
 def _wg_batch_split(b: int, p: Mapping[str, Any]) -> tuple[int, int]:
@@ -472,6 +558,22 @@ def torch_grad_w1(torch: Any, h_t: Any, w1: Any, hidden: Any,
     return dpre.T @ h_t, dpre.sum(dim=0), dpre @ w1
 
 
+def backward_reference(h_t: np.ndarray, w1: np.ndarray, w2: np.ndarray, hidden: np.ndarray,
+                       grad_logits: np.ndarray, dtype: type = np.float64) -> tuple:
+    """grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t in ``dtype``: the two stages' references."""
+    gw2, gb2, dhidden = ref.frdhead_grad_w2(hidden, w2, grad_logits, dtype=dtype)
+    gw1, gb1, gh = ref.frdhead_grad_w1(h_t, w1, hidden, dhidden, dtype=dtype)
+    return gw1, gb1, gw2, gb2, gh
+
+
+def torch_backward(torch: Any, h_t: Any, w1: Any, w2: Any, hidden: Any,
+                   grad_logits: Any) -> tuple[Any, ...]:
+    """The two stages' peers."""
+    gw2, gb2, dhidden = torch_grad_w2(torch, hidden, w2, grad_logits)
+    gw1, gb1, gh = torch_grad_w1(torch, h_t, w1, hidden, dhidden)
+    return gw1, gb1, gw2, gb2, gh
+
+
 def _parameters(rng: np.random.Generator, template: Mapping[str, int], b: int) -> dict:
     d, f = template["D_IN"], template["FRD_HIDDEN"]
     h, a = template["N_HORIZONS"], template["N_ATOMS"]
@@ -486,20 +588,27 @@ def _loss_grad(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return ref.frd_softmax_ce_grad(logits, labels, dtype=np.float32)[0].astype(np.float32)
 
 
-def _train_step(head: FrdHead, x: Mapping[str, np.ndarray],
-                labels: np.ndarray) -> dict[str, np.ndarray]:
-    """One forward + softmax-CE + backward: host gradients by name."""
+def _train_step(head: FrdHead, x: Mapping[str, np.ndarray], labels: np.ndarray,
+                fused: bool) -> dict[str, np.ndarray]:
+    """One forward + softmax-CE + backward (``backward`` when ``fused``, else the stages in
+    turn, each at its own point): host gradients by name."""
     hidden, logits = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])
     grad_logits = _loss_grad(logits.get(), labels)
-    gw1, gb1, gw2, gb2, gh = head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
+    if fused:
+        gw1, gb1, gw2, gb2, gh = head.backward(x["h_t"], x["w1"], x["w2"], hidden, grad_logits)
+    else:
+        gw2, gb2, dhidden = head.grad_w2(hidden, x["w2"], grad_logits)
+        gw1, gb1, gh = head.grad_w1(x["h_t"], x["w1"], hidden, dhidden)
     grads = {"w1": gw1, "b1": gb1, "w2": gw2, "b2": gb2, "h_t": gh}
     return {n: g.get() for n, g in grads.items()}
 
 
-def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int],
+           fused: bool = False) -> dict:
     """The original FRD test's probes through the whole head: B=3, loss = sum(ce)/B, central
     differences (of the float64 softmax-CE of the forward's logits) at 8 w1, 8 b1, 8 w2
-    entries, every b2 entry of one horizon and 8 h_t entries against the two backward stages.
+    entries, every b2 entry of one horizon and 8 h_t entries against the two backward stages
+    (``backward`` when ``fused``).
     eps 1e-3 (not the shared 1e-2) keeps the probes of this draw off the ReLU kinks; the
     smallest |pre| is reported as ``min_abs_pre``."""
     h, a = template["N_HORIZONS"], template["N_ATOMS"]
@@ -512,7 +621,7 @@ def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, i
         logits = head.forward(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2")))[1].get()
         return ref.frd_loss(logits, labels)
 
-    analytic = _train_step(head, x, labels)
+    analytic = _train_step(head, x, labels, fused)
     horizon = int(rng.integers(h))
     probes = {"w1": ref.random_indices(rng, x["w1"].shape, 8),
               "b1": ref.random_indices(rng, x["b1"].shape, 8),
@@ -546,10 +655,11 @@ def relu_mask(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str
         "inactive_fraction": float((hidden == 0).mean())}}
 
 
-def sentinel_rows(make_op: Callable[[Mapping[str, int]], Any],
-                  template: Mapping[str, int]) -> dict:
+def sentinel_rows(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int],
+                  fused: bool = False) -> dict:
     """Rows labelled -1 on every horizon add nothing to any weight gradient: redrawing their
-    h_t leaves dW1, db1, dW2 and db2 bitwise unchanged, and their dh_t rows are exactly 0."""
+    h_t leaves dW1, db1, dW2 and db2 bitwise unchanged, and their dh_t rows are exactly 0
+    (through ``backward`` when ``fused``, else the stages)."""
     h, a, b = template["N_HORIZONS"], template["N_ATOMS"], 300
     rng = np.random.default_rng(2031)
     x = _parameters(rng, template, b)
@@ -558,19 +668,51 @@ def sentinel_rows(make_op: Callable[[Mapping[str, int]], Any],
     sentinel[-5:] = True  # the label stream ends with unrealised rows
     labels[sentinel] = -1
     head = make_op(template)
-    first = _train_step(head, x, labels)
+    first = _train_step(head, x, labels, fused)
     x["h_t"][sentinel] = rng.standard_normal((int(sentinel.sum()), x["h_t"].shape[1]),
                                              dtype=np.float32)
-    second = _train_step(head, x, labels)
+    second = _train_step(head, x, labels, fused)
     same = all(first[n].tobytes() == second[n].tobytes() for n in ("w1", "b1", "w2", "b2"))
     return {"sentinel_rows": {"passed": bool(same and (first["h_t"][sentinel] == 0).all()
                                              and (second["h_t"][sentinel] == 0).all()),
                               "sentinel_rows": int(sentinel.sum())}}
 
 
+def dead_unit(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
+    """The ReLU mask through ``backward``: a unit dead on every row (b1 = -1e3) has exactly
+    zero dW1 row and db1, and flipping the sign of its column of w2 (which moves only its
+    masked dhidden, and no row's largest |w2|: the FP16 engine's scales stay) leaves dW1, db1
+    and dh_t bitwise unchanged."""
+    f, h, a, b = template["FRD_HIDDEN"], template["N_HORIZONS"], template["N_ATOMS"], 70
+    rng = np.random.default_rng(2032)
+    x = _parameters(rng, template, b)
+    dead = int(rng.integers(f))
+    x["b1"][dead] = -1e3
+    head = make_op(template)
+    hidden = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])[0].get()
+    g = draw_grad_logits(rng, (b, h, a), {})
+    flipped = x["w2"].copy()
+    flipped[:, :, dead] *= -1
+    first, second = ([v.get() for v in head.backward(x["h_t"], x["w1"], w2, hidden, g)]
+                     for w2 in (x["w2"], flipped))
+    layer1 = (0, 1, 4)  # grad_w1, grad_b1, grad_h_t
+    return {"dead_unit": {
+        "passed": bool(all(first[i].tobytes() == second[i].tobytes() for i in layer1)
+                       and (first[0][dead] == 0).all() and first[1][dead] == 0
+                       and (hidden[:, dead] == 0).all()),
+        "inactive_fraction": float((hidden == 0).mean())}}
+
+
 def oracles(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
     return {**parity(make_op, template), **relu_mask(make_op, template),
             **sentinel_rows(make_op, template)}
+
+
+def backward_oracles(make_op: Callable[[Mapping[str, int]], Any],
+                     template: Mapping[str, int]) -> dict:
+    """The stages' parity and sentinel oracles through ``backward``, and its ReLU mask."""
+    return {**parity(make_op, template, fused=True), **dead_unit(make_op, template),
+            **sentinel_rows(make_op, template, fused=True)}
 
 
 TENSORS = {"h_t": Tensor(("B", "I")), "w1": Tensor(("F", "I"), draw=draw_weights),
@@ -674,4 +816,11 @@ SPECS = (
                reads=("h_t", "w1", "hidden", "dhidden"), writes=("grad_w1", "grad_b1", "grad_h_t"),
                reference=ref.frdhead_grad_w1, peer=torch_grad_w1,
                products=(("F", "I", "B"), ("B", "I", "F")), **_COMMON_SPEC),
+    KernelSpec(method="backward", space=BACKWARD_SPACE,
+               reads=("h_t", "w1", "w2", "hidden", "grad_logits"),
+               writes=("grad_w1", "grad_b1", "grad_w2", "grad_b2", "grad_h_t"),
+               reference=backward_reference, peer=torch_backward,
+               products=(("HA", "F", "B"), ("B", "F", "HA"), ("F", "I", "B"), ("B", "I", "F")),
+               fuses=("frdhead.grad_w2", "frdhead.grad_w1"),
+               **{**_COMMON_SPEC, "oracles": backward_oracles}),
 )

@@ -66,7 +66,9 @@ class FrdHeadSmall(FrdHead):
     """``FrdHead``'s stages for small batches, called the same way:
     hidden, logits = head.forward(h_t, w1, b1, w2, b2);
     grad_w2, grad_b2, dhidden = head.grad_w2(hidden, w2, grad_logits);
-    grad_w1, grad_b1, grad_h_t = head.grad_w1(h_t, w1, hidden, dhidden).
+    grad_w1, grad_b1, grad_h_t = head.grad_w1(h_t, w1, hidden, dhidden);
+    grad_w1, grad_b1, grad_w2, grad_b2, grad_h_t = head.backward(h_t, w1, w2, hidden,
+                                                                 grad_logits).
     D_in and F (``hidden``) up to 1024."""
 
     FAMILY = "frdsmall"
@@ -114,6 +116,14 @@ class FrdHeadSmall(FrdHead):
                     grad_h_t=grad_h_t.gpudata, B=b, shared=plan.shared, stream=stream)
         return (*_split(grads, (f, d), (f,)), grad_h_t)
 
+    def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
+                 stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
+        """Both stages in turn, each at its own point: grad_w1, grad_b1, grad_w2, grad_b2,
+        grad_h_t."""
+        gw2, gb2, dhidden = self.grad_w2(hidden, w2, grad_logits, stream=stream)
+        gw1, gb1, gh = self.grad_w1(h_t, w1, hidden, dhidden, stream=stream)
+        return gw1, gb1, gw2, gb2, gh
+
     def _stage(self, role: str, b: int, m: int, n: int, shared_bytes: Any) -> Any:
         """A backward stage's launch: its weight part's blocks, then ceil(B / ROWS) row blocks."""
         return self.plan(role, {"B": b}, lambda p: (
@@ -122,8 +132,9 @@ class FrdHeadSmall(FrdHead):
 
 
 SUITE = ({"B": 2}, {"B": 256}, {"B": 1024})
-#: FrdHead's kernels (tensors, references, peers, oracles, products) run by this op; the fused
-#: forward and loss of the training step has odd shapes of its own
+#: FrdHead's kernels (tensors, references, peers, oracles, products) run by this op, but its
+#: ``backward``, here the stages in turn; the fused forward and loss of the training step has
+#: odd shapes of its own
 SPECS = tuple(
     replace(spec, op=FrdHeadSmall, space=FrdHeadSmall.SPACES[spec.method], suite=SUITE)
     if not spec.fuses else
@@ -133,4 +144,4 @@ SPECS = tuple(
             grid=(({}, {"B": 1}), ({}, {"B": 3}), ({}, {"B": 333}), ({"N_ATOMS": 51}, {"B": 5}),
                   ({"N_HORIZONS": 1, "N_ATOMS": 11}, {"B": 4}),
                   ({"D_IN": 37, "FRD_HIDDEN": 50}, {"B": 97})))
-    for spec in frdhead.SPECS)
+    for spec in frdhead.SPECS if spec.method != "backward")

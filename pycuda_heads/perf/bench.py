@@ -397,12 +397,14 @@ class Bench:
 
     def _config(self, op: str, provider: str, kernels: Sequence[KernelSpec],
                 case: BenchCase) -> str:
-        """The launch parameters ``kernels`` ran with, and where they came from."""
+        """The launch parameters ``kernels`` ran with, and where they came from (a fused kernel
+        the op runs as the kernels it fuses, as FrdHeadSmall's ``backward``: theirs)."""
         out = {}
         for k in kernels:
             chosen = getattr(self._library(k.family, provider, case), "chosen", {})
-            if k.role in chosen:
-                out[k.role if k.family == op else k.id] = chosen[k.role]
+            for spec in (k,) if k.role in chosen else self.catalog.unfused(k):
+                if spec.role in chosen:
+                    out[spec.role if spec.family == op else spec.id] = chosen[spec.role]
         return json.dumps(out, sort_keys=True)
 
     def _check(self, library_out: tuple[Any, ...], peer: Callable[[], Any]) -> float | None:

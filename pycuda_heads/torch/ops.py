@@ -103,6 +103,9 @@ _SPECS = {
                              lambda op, a: op.grad_w2(*a), lambda r: ((r[0], r[1]), r[2])),
     "frdhead_grad_w1": _Spec("FrdHead", ("h_t", "w1", "hidden", "dhidden"),
                              lambda op, a: op.grad_w1(*a), lambda r: ((r[0], r[1]), r[2])),
+    "frdhead_backward": _Spec("FrdHead", ("h_t", "w1", "w2", "hidden", "grad_logits"),
+                              lambda op, a: op.backward(*a),
+                              lambda r: ((r[0], r[1]), (r[2], r[3]), r[4])),
 }
 
 
@@ -202,6 +205,15 @@ def _frdhead_grad_w1(h_t: Tensor, w1: Tensor, hidden: Tensor, dhidden: Tensor,
     return row, grad_h_t
 
 
+@torch.library.custom_op("pycuda_heads::frdhead_backward", mutates_args=(),
+                         device_types=_DEVICES)
+def _frdhead_backward(h_t: Tensor, w1: Tensor, w2: Tensor, hidden: Tensor, grad_logits: Tensor,
+                      op: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Both stages: rows [grad_w1 | grad_b1] and [grad_w2 | grad_b2], and grad_h_t."""
+    row1, row2, grad_h_t = _run("frdhead_backward", op, h_t, w1, w2, hidden, grad_logits)
+    return row1, row2, grad_h_t
+
+
 @torch.library.custom_op("pycuda_heads::adam_step", mutates_args=("param", "m", "v"),
                          device_types=_DEVICES)
 def _adam_step(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: int) -> None:
@@ -276,6 +288,14 @@ def _(h_t: Tensor, w1: Tensor, hidden: Tensor, dhidden: Tensor,
     return h_t.new_empty((f * d + f,)), h_t.new_empty(h_t.shape)
 
 
+@_frdhead_backward.register_fake
+def _(h_t: Tensor, w1: Tensor, w2: Tensor, hidden: Tensor, grad_logits: Tensor,
+      op: int) -> tuple[Tensor, Tensor, Tensor]:
+    (f, d), (h, a, _) = w1.shape, w2.shape
+    return (h_t.new_empty((f * d + f,)), h_t.new_empty((h * a * f + h * a,)),
+            h_t.new_empty(h_t.shape))
+
+
 @_adam_step.register_fake
 def _(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: int) -> None:
     return None
@@ -285,7 +305,7 @@ def _(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, t: int, op: int) -> Non
 # what the backward calls: the operators (a compiled backward holds them as nodes) or the
 # implementations themselves (eager). ----
 
-_BACKWARDS = ("pool_backward", "resgate_backward", "frdhead_grad_w2", "frdhead_grad_w1")
+_BACKWARDS = ("pool_backward", "resgate_backward", "frdhead_backward")
 _OPERATORS = SimpleNamespace(**{n: getattr(torch.ops.pycuda_heads, n) for n in _BACKWARDS})
 
 
@@ -330,9 +350,9 @@ def _frd_grads(ctx: Any, _: Tensor | None, grad_ce: Tensor | None) -> tuple:
 
 def _head_backward(ctx: Any, h_t: Tensor, w1: Tensor, w2: Tensor, hidden: Tensor,
                    grad_logits: Tensor) -> tuple:
-    """The head's two backward stages: grad_h_t, grad_w1, grad_b1, grad_w2, grad_b2."""
-    row2, dhidden = ctx.kernels.frdhead_grad_w2(hidden, w2, grad_logits.contiguous(), ctx.op)
-    row1, grad_h_t = ctx.kernels.frdhead_grad_w1(h_t, w1, hidden, dhidden, ctx.op)
+    """The head's backward (both stages): grad_h_t, grad_w1, grad_b1, grad_w2, grad_b2."""
+    row1, row2, grad_h_t = ctx.kernels.frdhead_backward(h_t, w1, w2, hidden,
+                                                        grad_logits.contiguous(), ctx.op)
     f, d = w1.shape
     h, a, _ = w2.shape
     return (grad_h_t, row1[:f * d].view(f, d), row1[f * d:], row2[:h * a * f].view(w2.shape),
@@ -488,5 +508,5 @@ DEFINITIONS = {"pool_forward": _pool_forward, "pool_backward": _pool_backward,
                "frd_softmax_ce": _frd_softmax_ce, "frdhead_forward": _frdhead_forward,
                "frdhead_forward_loss": _frdhead_forward_loss,
                "frdhead_grad_w2": _frdhead_grad_w2, "frdhead_grad_w1": _frdhead_grad_w1,
-               "adam_step": _adam_step}
+               "frdhead_backward": _frdhead_backward, "adam_step": _adam_step}
 OPERATORS = tuple(f"pycuda_heads::{name}" for name in DEFINITIONS)

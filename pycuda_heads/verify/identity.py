@@ -59,6 +59,9 @@ from pycuda_heads.core.op import op_source_hash
 from pycuda_heads.core.source import render
 cat, out = catalog(), []
 for v in json.load(sys.stdin):
+    if v["kernel"] not in cat:  # a kernel this tree has not got
+        out.append(None)
+        continue
     spec = cat[v["kernel"]]
     env = {**v["template"]}
     # knobs, and knob values, this tree has not got are dropped (the caller sets them aside)
@@ -234,12 +237,13 @@ def prove(family: str, base: str, sample: int = 16, jobs: int = 2,
     revision = _revision(root, base)
     todo = variants(family, sample)
     before, after = render_at(revision, todo, root), render_at(None, todo, root)
-    # a point that sets a knob the base has not got (or to a value it has not got) away from
-    # its default is a new kernel, with nothing to be identical to
+    # a point of a kernel the base has not got, or that sets a knob the base has not got (or
+    # to a value it has not got) away from its default, is a new kernel, with nothing to be
+    # identical to
     cat = catalog()
     default = {s.id: s.space.default for s in cat if s.family == family}
-    kept = [i for i, v in enumerate(todo)
-            if all(v["params"][k] == default[v["kernel"]][k] for k in before[i]["dropped"])]
+    kept = [i for i, v in enumerate(todo) if before[i] is not None
+            and all(v["params"][k] == default[v["kernel"]][k] for k in before[i]["dropped"])]
     new_points = len(todo) - len(kept)
     todo, before, after = ([seq[i] for i in kept] for seq in (todo, before, after))
     sources = [r["source"] for r in (*before, *after)]
