@@ -15,15 +15,6 @@
 #define R 112
 #define C 128
 
-__device__ __forceinline__ void wgmma_f16_tb(float (&d)[64], const unsigned (&a)[4],
-                                             unsigned long long db) {
-    asm volatile(WG_F16_OPEN(128) ", %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : WG_ACC_56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
 // A fragment of k16 step s from a row-major float matrix m [64 x ld] (values FP16-exact)
 __device__ __forceinline__ void frag(const float* m, int ld, int s, int r0, int t,
                                      unsigned (&a)[4]) {
@@ -74,7 +65,7 @@ mn_major(const float* __restrict__ w, const float* __restrict__ x, const float* 
         unsigned f[4];
         frag(a, R, s, r0, t, f);
         const float* start = reinterpret_cast<const float*>(wb + 2 * s * 64);
-        wgmma_f16_tb(d, f, DESC ? wg_desc(start, K_STEP, N_STEP) : wg_desc(start, N_STEP, K_STEP));
+        wgmma_f16_t(d, f, DESC ? wg_desc(start, K_STEP, N_STEP) : wg_desc(start, N_STEP, K_STEP));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

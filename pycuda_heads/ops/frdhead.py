@@ -633,17 +633,24 @@ def parity(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, i
     return {"parity_numgrad": {**out, "min_abs_pre": float(np.abs(pre).min())}}
 
 
+def _dead_unit_head(rng: np.random.Generator, make_op: Callable[[Mapping[str, int]], Any],
+                    template: Mapping[str, int], b: int) -> tuple[dict, int, Any, np.ndarray]:
+    """Parameters at batch b with one unit dead on every row (b1 = -1e3), that unit, the op and
+    the forward's hidden (host)."""
+    x = _parameters(rng, template, b)
+    dead = int(rng.integers(template["FRD_HIDDEN"]))
+    x["b1"][dead] = -1e3
+    head = make_op(template)
+    return x, dead, head, head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])[0].get()
+
+
 def relu_mask(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str, int]) -> dict:
     """Units with pre <= 0 pass no gradient: dhidden changed only where hidden == 0 leaves
     every output of grad_w1 bitwise unchanged, and a unit that is dead on every row (b1 = -1e3)
     has exactly zero dW1 row and db1."""
     f, b = template["FRD_HIDDEN"], 70
     rng = np.random.default_rng(2030)
-    x = _parameters(rng, template, b)
-    dead = int(rng.integers(f))
-    x["b1"][dead] = -1e3
-    head = make_op(template)
-    hidden = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])[0].get()
+    x, dead, head, hidden = _dead_unit_head(rng, make_op, template, b)
     dh = rng.standard_normal((b, f), dtype=np.float32)
     moved = np.where(hidden > 0, dh, dh + rng.standard_normal((b, f), dtype=np.float32))
     first = [g.get() for g in head.grad_w1(x["h_t"], x["w1"], hidden, dh)]
@@ -683,13 +690,9 @@ def dead_unit(make_op: Callable[[Mapping[str, int]], Any], template: Mapping[str
     zero dW1 row and db1, and flipping the sign of its column of w2 (which moves only its
     masked dhidden, and no row's largest |w2|: the FP16 engine's scales stay) leaves dW1, db1
     and dh_t bitwise unchanged."""
-    f, h, a, b = template["FRD_HIDDEN"], template["N_HORIZONS"], template["N_ATOMS"], 70
+    h, a, b = template["N_HORIZONS"], template["N_ATOMS"], 70
     rng = np.random.default_rng(2032)
-    x = _parameters(rng, template, b)
-    dead = int(rng.integers(f))
-    x["b1"][dead] = -1e3
-    head = make_op(template)
-    hidden = head.forward(x["h_t"], x["w1"], x["b1"], x["w2"], x["b2"])[0].get()
+    x, dead, head, hidden = _dead_unit_head(rng, make_op, template, b)
     g = draw_grad_logits(rng, (b, h, a), {})
     flipped = x["w2"].copy()
     flipped[:, :, dead] *= -1
