@@ -1,9 +1,9 @@
 // FRD head backward's row products in one launch on FP16 pieces (wgmma_f16.cuh), the backward
 // role's engine WGMMA = 2, for the model's head shape (frdhead_wgmma_bwd.cuh's restriction):
-//   frdhead_f16_rows  dpre = (G w2) . [hidden > 0], grad_h_t = dpre w1     (G = grad_logits)
-// then frdhead_wgmma_bwd.cuh's weight gradients: frdhead_wg_grad_w2 over G and hidden, and
-// frdhead_wg_grad_w1 over dpre (its mask is then a no-op) and h_t. WGMMA 1 runs the two row
-// products as two launches, dhidden going to memory and back between them.
+//   frdhead_f16_rows         dpre = (G w2) . [hidden > 0], grad_h_t = dpre w1   (G = grad_logits)
+//   frdhead_wg_grad_w1_dpre  frdhead_wgmma_bwd.cuh's weight gradient over dpre and h_t, unmasked
+// beside frdhead_wg_grad_w2 over G and hidden. WGMMA 1 runs the two row products as two
+// launches, dhidden going to memory and back between them, and masks in the weight gradient.
 // Both weights are staged once a block as the forward stages them (stage_f16: each row scaled
 // by a power of two, K-major core matrices) and read transposed (products_t). A weight row's
 // scale lies along these products' k, so it is folded into A's columns (G by 1 / t2, dpre by
@@ -17,6 +17,8 @@
 // then a G tile a warpgroup
 #define WR_ROWS_FLOATS (WR_KG * FRD_HIDDEN + FRD_HIDDEN * D_IN + WR_KG + FRD_HIDDEN \
                         + WG * WB_ROWS * HA)
+// frdhead_wg_grad_w1_dpre's: X's halves twice, then STAGES steps' raw dpre and h_t tiles
+#define WR_GRAD_W1_FLOATS (4 * WB_N * BK + STAGES * 2 * BK * WB_LDT)
 static_assert(HA <= WR_KG && HA > WR_KG - 8, "the w2 staging's rows: 105..112 logits");
 
 extern "C" __global__ void __launch_bounds__(WB_RP_THREADS, 1)
@@ -117,4 +119,14 @@ frdhead_f16_rows(const float* __restrict__ grad_logits, const float* __restrict_
                         make_float2(d2[4 * j + 2 * h] * inv, d2[4 * j + 2 * h + 1] * inv);
         }
     }
+}
+
+// grad_w1's weight gradient over dpre, which frdhead_f16_rows has masked: scratch row j =
+// [dpre^T h_t | sum_b dpre] over block j's rows, without frdhead_wg_grad_w1's mask tiles (a
+// third less to read, and room for a deeper ring or a second block an SM)
+extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, OCC)
+frdhead_wg_grad_w1_dpre(const float* __restrict__ dpre, const float* __restrict__ h_t,
+                        float* __restrict__ scratch, const int B, const int rows_per_block)
+{
+    wb_weight_grad<FRD_HIDDEN, false>(dpre, nullptr, h_t, scratch, B, rows_per_block);
 }

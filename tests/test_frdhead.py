@@ -45,11 +45,12 @@ WGMMA_BWD = ([("frdhead.grad_w2", {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC"
                 for wg, cs, bk, occ, st in ((1, 2, 16, 2, 2), (1, 4, 32, 1, 2), (2, 4, 16, 2, 2),
                                             (2, 2, 16, 1, 4), (2, 4, 32, 1, 3), (1, 8, 16, 2, 3))])
 # Both stages as one role: the FP16 row products (WGMMA 2) at both warpgroup counts beside
-# weight gradients of either batch step and ring depth, the 3xTF32 stages (WGMMA 1) and
-# mma.sync (WGMMA 0).
+# weight gradients of either batch step and ring depth (two blocks an SM with a ring of 4: only
+# grad_w1's unmasked weight gradient fits it), the 3xTF32 stages (WGMMA 1) and mma.sync
+# (WGMMA 0).
 BACKWARD = [{"WGMMA": 2, "WG": 2, "BK": 32, "OCC": 1, "STAGES": 3},
             {"WGMMA": 2, "WG": 1, "BK": 16, "OCC": 2, "STAGES": 2},
-            {"WGMMA": 2, "WG": 2, "BK": 16, "OCC": 1, "STAGES": 4},
+            {"WGMMA": 2, "WG": 2, "BK": 16, "OCC": 2, "STAGES": 4},
             {"WGMMA": 1, "WG": 2, "CS": 4, "BK": 32, "OCC": 1, "STAGES": 3}, {"WGMMA": 0}]
 
 

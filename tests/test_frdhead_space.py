@@ -9,7 +9,7 @@ import pytest
 
 from pycuda_heads.core.space import SM90_MAX_SHARED_BYTES
 from pycuda_heads.ops.frdhead import (BACKWARD_SPACE, GRAD_W1_SPACE, GRAD_W2_SPACE, FrdHead,
-                                      wr_rows_shared_bytes)
+                                      wr_grad_w1_shared_bytes, wr_rows_shared_bytes)
 
 HEAD = {"D_IN": 128, "FRD_HIDDEN": 128, "N_HORIZONS": 5, "N_ATOMS": 21}
 SHAPE = {"B": 8, "MAX_SHARED_BYTES": SM90_MAX_SHARED_BYTES}
@@ -33,23 +33,27 @@ def test_a_full_point_that_does_not_fit_stays_as_given():
 
 
 def test_the_backward_space_holds_both_stages_rules():
-    """The backward runs where both stages run at its point (under WGMMA 2 their weight
-    gradients, WGMMA 1's, beside the FP16 row launch, which fits at either warpgroup count);
-    WGMMA 2 is the head shape's only, and launches the row products, then the two weight
-    gradients."""
+    """Under WGMMA 0 and 1 the backward runs where both stages run at its point. Under WGMMA 2
+    (the head shape's only) it launches the FP16 row products, which fit at either warpgroup
+    count, then grad_w2's weight gradient (WGMMA 1's) and grad_w1's over the masked dpre, which
+    has no mask tiles: it runs where those two fit OCC blocks an SM."""
     def fits(space, p):
         return space.violated(p, HEAD, SHAPE) is None
     engines = set()
     for p in BACKWARD_SPACE.points(HEAD):
         engines.add(p["WGMMA"])
-        stages = {**p, "WGMMA": 1} if p["WGMMA"] == 2 else p
-        both = fits(GRAD_W2_SPACE, stages) and fits(GRAD_W1_SPACE, stages)
-        assert fits(BACKWARD_SPACE, p) == both, p
         if p["WGMMA"] == 2:
+            occ = p["OCC"] * (wr_grad_w1_shared_bytes(p, HEAD) + 1024) <= SHAPE[
+                "MAX_SHARED_BYTES"] + 1024
+            assert fits(BACKWARD_SPACE, p) == (fits(GRAD_W2_SPACE, {**p, "WGMMA": 1}) and occ)
             assert p["CS"] == 4 and wr_rows_shared_bytes(p, HEAD) <= SM90_MAX_SHARED_BYTES
+            assert wr_grad_w1_shared_bytes(p, HEAD) < GRAD_W1_SPACE.shared_bytes(
+                {**p, "WGMMA": 1}, HEAD)
             assert FrdHead.entries("backward", p) == ("frdhead_f16_rows", "frdhead_wg_grad_w2",
-                                                      "frdhead_wg_grad_w1")
+                                                      "frdhead_wg_grad_w1_dpre")
             continue
+        both = fits(GRAD_W2_SPACE, p) and fits(GRAD_W1_SPACE, p)
+        assert fits(BACKWARD_SPACE, p) == both, p
         assert FrdHead.entries("backward", p) == (FrdHead.entries("grad_w2", p)
                                                   + FrdHead.entries("grad_w1", p))
     odd = {**HEAD, "D_IN": 37}

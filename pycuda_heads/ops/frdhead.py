@@ -125,6 +125,11 @@ def wr_rows_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return 4 * BWD_SIZES.value("WR_ROWS_FLOATS", {**env, **p})
 
 
+def wr_grad_w1_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
+    """The FP16 backward's grad_w1 weight gradient, over the masked dpre: no mask tiles."""
+    return 4 * BWD_SIZES.value("WR_GRAD_W1_FLOATS", {**env, **p})
+
+
 def _wb_shared_bytes(role: str, p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     return max(wb_row_shared_bytes(role, p, env), wb_grad_shared_bytes(role, p, env))
 
@@ -147,7 +152,7 @@ def backward_shared_bytes(p: Mapping[str, Any], env: Mapping[str, Any]) -> int:
     """The largest of its launches'."""
     if p.get("WGMMA") == 2:
         return max(wr_rows_shared_bytes(p, env), wb_grad_shared_bytes("grad_w2", p, env),
-                   wb_grad_shared_bytes("grad_w1", p, env))
+                   wr_grad_w1_shared_bytes(p, env))
     return max(grad_w2_shared_bytes(p, env), grad_w1_shared_bytes(p, env))
 
 
@@ -199,11 +204,14 @@ _GRAD_RULES = (_CHUNK_RULE,
                _WG_SHAPE_RULE)
 
 
+def _occ_rule(floats: str, engines: str = "WGMMA == 0") -> str:
+    """OCC weight-gradient blocks of ``floats`` shared floats share a multiprocessor (1 KB
+    reserved a block), but under ``engines``."""
+    return f"{engines} or OCC * (4 * {BWD_SIZES.expr(floats)} + 1024) <= MAX_SHARED_BYTES + 1024"
+
+
 def _grad_launch(role: str) -> tuple[str, ...]:
-    """OCC weight-gradient blocks share a multiprocessor (1 KB reserved a block)."""
-    floats = BWD_SIZES.expr(f"WB_{role.upper()}_FLOATS")
-    return (*_LAUNCH,
-            f"WGMMA == 0 or OCC * (4 * {floats} + 1024) <= MAX_SHARED_BYTES + 1024")
+    return (*_LAUNCH, _occ_rule(f"WB_{role.upper()}_FLOATS"))
 
 
 GRAD_W2_SPACE = KernelSpace(
@@ -221,7 +229,8 @@ GRAD_W1_SPACE = KernelSpace(
 
 # Both stages at one point: WGMMA 0 and 1 the stages' kernels, with their knobs; 2 both row
 # products in one launch (WG warpgroups a block; no CS), then WGMMA 1's weight gradients (BK,
-# OCC, STAGES). Every rule of both stages holds.
+# OCC, STAGES), grad_w1's over the masked dpre with no mask tiles. Every rule of both stages
+# holds.
 BACKWARD_SPACE = KernelSpace(
     kernel="frdhead.backward", params={**_GRAD_KNOBS, "WGMMA": (0, 1, 2)}, default=_GRAD_DEFAULT,
     restrictions=(_CHUNK_RULE,
@@ -229,7 +238,9 @@ BACKWARD_SPACE = KernelSpace(
                   "WGMMA != 2 or CS == 4",
                   *_GRAD_RULES[2:], *GRAD_W2_SPACE.restrictions[len(_GRAD_RULES):],
                   *GRAD_W1_SPACE.restrictions[len(_GRAD_RULES):]),
-    launch_restrictions=(*_grad_launch("grad_w2"), *_grad_launch("grad_w1")[len(_LAUNCH):]),
+    launch_restrictions=(*_grad_launch("grad_w2"),
+                         _occ_rule("WB_GRAD_W1_FLOATS", "WGMMA != 1"),
+                         _occ_rule("WR_GRAD_W1_FLOATS", "WGMMA != 2")),
     shared_bytes=backward_shared_bytes)
 
 
@@ -344,12 +355,13 @@ class FrdHead(Op):
         """mma.sync: ``<family>_<role>``. WGMMA 1: the row launch (hidden for the forward roles,
         the stage's row product for the backward ones), then ``<family>_wg_<role>``. WGMMA 2:
         ``<family>_f16_<role>``. ``backward``: the stages' in turn, but at WGMMA 2 the row
-        products' one launch ``<family>_f16_rows`` before the two weight gradients."""
+        products' one launch ``<family>_f16_rows``, then the two weight gradients (grad_w1's
+        over the masked dpre: ``<family>_wg_grad_w1_dpre``)."""
         engine = params.get("WGMMA", 0)
         if role == "backward":
             if engine == 2:
                 return (f"{cls.FAMILY}_f16_rows", f"{cls.FAMILY}_wg_grad_w2",
-                        f"{cls.FAMILY}_wg_grad_w1")
+                        f"{cls.FAMILY}_wg_grad_w1_dpre")
             return (*cls.entries("grad_w2", params), *cls.entries("grad_w1", params))
         if engine == 2:
             return (f"{cls.FAMILY}_f16_{role}",)
@@ -445,7 +457,8 @@ class FrdHead(Op):
                 role, f"{self.FAMILY}_wg_" + {"grad_w2": "dhidden", "grad_w1": "grad_h_t"}[stage],
                 b, p, lambda: self._wg_row_geometry(stage, b, p))
             call(grid, block, **rows, B=b, shared=shared, stream=stream)
-            return self._weight_grad(stage, role, b, p, m * n + m, sums, stream)
+            return self._weight_grad(f"{self.FAMILY}_wg_{stage}", role, b, p, m * n + m,
+                                     wb_grad_shared_bytes(stage, p, self.template), sums, stream)
         shared_bytes = grad_w2_shared_bytes if stage == "grad_w2" else grad_w1_shared_bytes
         call, grid, block, shared = self._launch(
             role, f"{self.FAMILY}_{stage}", b, p,
@@ -454,15 +467,14 @@ class FrdHead(Op):
         call(grid, block, **both, scratch=scratch.gpudata, B=b, shared=shared, stream=stream)
         return reducer().sum_rows(scratch, grid[0], m * n + m, stream)
 
-    def _weight_grad(self, stage: str, role: str, b: int, p: Mapping[str, Any], width: int,
-                     sums: Mapping[str, Any], stream: Any) -> Any:
-        """A WGMMA weight gradient (``<family>_wg_<stage>``, arguments ``sums``) over contiguous
-        slices of whole BK-row steps, OCC blocks a multiprocessor at most: the column sums of its
+    def _weight_grad(self, entry: str, role: str, b: int, p: Mapping[str, Any], width: int,
+                     shared_bytes: int, sums: Mapping[str, Any], stream: Any) -> Any:
+        """A WGMMA weight gradient (``entry``, arguments ``sums``) over contiguous slices of
+        whole BK-row steps, OCC blocks a multiprocessor at most: the column sums of its
         [blocks, width] scratch."""
         blocks, per_block = _wg_batch_split(b, p)
         call, grid, block, shared = self._launch(
-            role, f"{self.FAMILY}_wg_{stage}", b, p,
-            lambda: ((blocks, 1, 1), (256, 1, 1), wb_grad_shared_bytes(stage, p, self.template)))
+            role, entry, b, p, lambda: ((blocks, 1, 1), (256, 1, 1), shared_bytes))
         scratch = empty((blocks, width))
         call(grid, block, **sums, scratch=scratch.gpudata, B=b, rows_per_block=per_block,
              shared=shared, stream=stream)
@@ -478,7 +490,7 @@ class FrdHead(Op):
                  stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
         """Both stages (grad_w2's, then grad_w1's) at the point of role ``backward``: grad_w1,
         grad_b1, grad_w2, grad_b2, grad_h_t. At WGMMA 2 dpre = dhidden . [hidden > 0] and
-        grad_h_t come from one launch, and grad_w1's weight gradient sums dpre."""
+        grad_h_t come from one launch, and grad_w1's weight gradient sums dpre, unmasked."""
         (h_t, w1, w2, hidden, grad_logits), dims = BACKWARD_INPUTS.adapt(
             self._checked, self.bound, h_t, w1, w2, hidden, grad_logits)
         b = dims["B"]
@@ -490,19 +502,21 @@ class FrdHead(Op):
         self._aligned(h_t=h_t, w1=w1, w2=w2, hidden=hidden, grad_logits=grad_logits)
         h, a, f, d = self.n_horizons, self.n_atoms, self.hidden, self.d_in
         dpre, grad_h_t = empty((b, f)), empty((b, d))
+        rows, w2_grad, w1_grad = self.entries("backward", p)
         call, grid, block, shared = self._launch(
-            "backward", f"{self.FAMILY}_f16_rows", b, p,
+            "backward", rows, b, p,
             lambda: (self._wg_row_geometry("grad_w2", b, p)[:2]
                      + (wr_rows_shared_bytes(p, self.template),)))
         call(grid, block, grad_logits=grad_logits.gpudata, hidden=hidden.gpudata,
              w1=w1.gpudata, w2=w2.gpudata, dpre=dpre.gpudata, grad_h_t=grad_h_t.gpudata, B=b,
              shared=shared, stream=stream)
-        w2_sums = self._weight_grad("grad_w2", "backward", b, p, h * a * f + h * a,
+        w2_sums = self._weight_grad(w2_grad, "backward", b, p, h * a * f + h * a,
+                                    wb_grad_shared_bytes("grad_w2", p, self.template),
                                     dict(grad_logits=grad_logits.gpudata,
                                          hidden=hidden.gpudata), stream)
-        w1_sums = self._weight_grad("grad_w1", "backward", b, p, f * d + f,
-                                    dict(dhidden=dpre.gpudata, hidden=hidden.gpudata,
-                                         h_t=h_t.gpudata), stream)
+        w1_sums = self._weight_grad(w1_grad, "backward", b, p, f * d + f,
+                                    wr_grad_w1_shared_bytes(p, self.template),
+                                    dict(dpre=dpre.gpudata, h_t=h_t.gpudata), stream)
         return (*_split(w1_sums, (f, d), (f,)), *_split(w2_sums, (h, a, f), (h, a)), grad_h_t)
 
 
