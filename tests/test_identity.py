@@ -169,6 +169,28 @@ def test_a_point_of_a_knob_the_base_lacks_is_new_not_compared(monkeypatch):
     assert proof["variants"][0]["params"]["WGMMA"] == 0 and set(archs) == {identity.ARCH}
 
 
+def test_a_point_of_a_kernel_the_base_lacks_is_new_not_compared(monkeypatch):
+    """The base's render gives None for a kernel its catalog has not got (frdhead.backward
+    before it was a role): that point is counted as new, the others compared."""
+    from pycuda_heads.verify import identity
+    todo = [{"kernel": k, "template": {}, "params": dict(catalog()[k].space.default),
+             "origin": "default"} for k in ("frdhead.grad_w2", "frdhead.backward")]
+    monkeypatch.setattr(identity, "_revision", lambda root, rev: rev)
+    monkeypatch.setattr(identity, "variants", lambda family, sample: todo)
+    monkeypatch.setattr(identity, "render_at", lambda rev, todo, root: [
+        None if rev and v["kernel"] == "frdhead.backward" else
+        {"source": v["kernel"], "host": {}, "source_hash": str(rev), "dropped": []}
+        for v in todo])
+
+    def digests(source, fresh=False, arch=identity.ARCH):
+        own = {"ptx": source, "cubin": source}
+        return {**own, "entries": {"frdhead_grad_w2": own}}
+    monkeypatch.setattr(identity, "compile_digests", digests)
+    proof = identity.prove("frdhead", "base", root=ROOT)
+    assert proof["compared"] == 1 and proof["new_at_head"] == 1 and proof["all_equal"]
+    assert proof["variants"][0]["kernel"] == "frdhead.grad_w2"
+
+
 def test_a_wgmma_variant_is_compared_on_the_entries_it_launches(monkeypatch):
     """A WGMMA=1 forward point launches frdhead_wg_hidden and frdhead_wg_forward: a change in
     either differs, though the module's mma.sync entry (frdhead_forward) is the same."""
