@@ -1,6 +1,7 @@
-"""GPU: the FRD head (forward, F.3b, F.3c; FrdHead and the small-batch FrdHeadSmall) beyond
-test_kernels.py: its parity test, ReLU-mask and sentinel oracles and the references for other
-tile heights, the whole training step."""
+"""GPU: the FRD head (forward, F.3b, F.3c, and the backward role that runs both; FrdHead and the
+small-batch FrdHeadSmall) beyond test_kernels.py: its parity test, ReLU-mask, dead-unit and
+sentinel oracles and the references for other tile heights and engines, the whole training
+step."""
 import numpy as np
 import pytest
 

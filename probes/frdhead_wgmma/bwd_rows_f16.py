@@ -13,9 +13,7 @@ runs in a process of its own (run.py's ``isolated``).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -44,19 +42,10 @@ def source(wg: int) -> str:
 
 
 def nvcc_report() -> None:
+    from ptxas import report  # beside this file
     for name, wg in VARIANTS.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            cu = Path(tmp) / "v.cu"
-            cu.write_text(source(wg))
-            proc = subprocess.run(
-                ["nvcc", *NVCC_OPTIONS, "-cubin", "-Xptxas", "-v", f"-I{cu_dir()}",
-                 "-gencode=arch=compute_90a,code=sm_90a", "-o", str(Path(tmp) / "v.cubin"),
-                 str(cu)], capture_output=True, text=True)
-        lines = proc.stderr.splitlines()
-        at = next((i for i, s in enumerate(lines) if "'frdhead_f16_rows'" in s), None)
-        print(f"{name}: nvcc rc {proc.returncode}, shared {shared(wg)} B",
-              *(lines[at:at + 4] if at is not None else [s for s in lines if "error" in s][:5]),
-              *[s for s in lines if "C75" in s and "frdhead_f16_rows" in s], sep="\n  ")
+        print(f"{name}: shared {shared(wg)} B", *report(source(wg), ["frdhead_f16_rows"]),
+              sep="\n  ")
 
 
 def reference(host: dict, dtype: type) -> tuple[np.ndarray, np.ndarray]:

@@ -9,9 +9,7 @@ Inputs from the library's forward_loss.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from pycuda_heads.core.compile import NVCC_OPTIONS, WGMMA_ARCH
@@ -31,20 +29,9 @@ def source(wg: int) -> str:
 
 
 def nvcc_report() -> None:
+    from ptxas import report  # beside this file
     for wg in (2, 1):
-        with tempfile.TemporaryDirectory() as tmp:
-            cu = Path(tmp) / "v.cu"
-            cu.write_text(source(wg))
-            proc = subprocess.run(
-                ["nvcc", *NVCC_OPTIONS, "-cubin", "-Xptxas", "-v", f"-I{cu_dir()}",
-                 "-gencode=arch=compute_90a,code=sm_90a", "-o", str(Path(tmp) / "v.cubin"),
-                 str(cu)], capture_output=True, text=True)
-        lines = proc.stderr.splitlines()
-        print(f"WG {wg}: nvcc rc {proc.returncode}")
-        for entry in ENTRIES:
-            at = next((i for i, s in enumerate(lines) if f"'{entry}'" in s), None)
-            print(*(lines[at:at + 4] if at is not None else [s for s in lines if "error" in s][:5]),
-                  sep="\n  ")
+        print(f"WG {wg}", *report(source(wg), ENTRIES), sep="\n  ")
 
 
 def main(path: str) -> None:

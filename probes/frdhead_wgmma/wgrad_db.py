@@ -9,9 +9,7 @@ frdhead_wg_grad_w1_dpre at B = 65536, 16384 and 333: scratch rows bitwise equal 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from pycuda_heads.core.compile import NVCC_OPTIONS, WGMMA_ARCH
@@ -35,19 +33,8 @@ def source(stages: int) -> str:
 
 
 def nvcc_report() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "v.cu"
-        cu.write_text(source(RINGS[0]))
-        proc = subprocess.run(
-            ["nvcc", *NVCC_OPTIONS, "-cubin", "-Xptxas", "-v", f"-I{cu_dir()}",
-             "-gencode=arch=compute_90a,code=sm_90a", "-o", str(Path(tmp) / "v.cubin"),
-             str(cu)], capture_output=True, text=True)
-    lines = proc.stderr.splitlines()
-    print(f"nvcc rc {proc.returncode}")
-    for entry in (e for pair in PAIRS for e in pair[:2]):
-        at = next((i for i, s in enumerate(lines) if f"'{entry}'" in s), None)
-        print(*(lines[at:at + 4] if at is not None else [s for s in lines if "error" in s][:5]),
-              sep="\n  ")
+    from ptxas import report  # beside this file
+    print(*report(source(RINGS[0]), [e for pair in PAIRS for e in pair[:2]]), sep="\n")
 
 
 def main(path: str) -> None:
