@@ -13,8 +13,8 @@ Providers, measured side by side in one process on one GPU:
   floor          bytes that must move / device copy bandwidth measured in this run
   compute_floor  a pass's declared matrix products (``KernelSpec.products``) in 3xTF32, three
                  TF32 products each, at cuBLAS's TF32 rate measured in this run (with torch)
-  separate       a fused pass (``KernelSpec.fuses``) run as the tuned kernels it fuses, one
-                 after the other
+  separate       a fused pass (``KernelSpec.fuses``) run unfused (``Catalog.unfused``): the
+                 tuned kernels its fused kernels stand for, one after the other
   empty_kernel   one empty kernel launch (once per run), the yardstick of the small shapes
 
 GPU time comes from ``timing.gpu_time_us``: batches of calls queued behind a spin kernel, so the

@@ -390,7 +390,7 @@ def _fused(op_cases: Sequence[BenchResult]) -> list[str]:
     if not rows:
         return []
     return ["Forward fused with the loss, then the backward (fwd+loss+bwd), against the same "
-            "work as separate ops (the forward, FRD's softmax-CE, the backward stages; all "
+            "work as separate ops (the forward, FRD's softmax-CE, the two backward stages; all "
             "tuned):", "",
             table(("shape", "fused us", "separate ops us", "fused / separate",
                    "torch eager us", "torch.compile us", "fused vs torch.compile"), rows), ""]
@@ -707,8 +707,9 @@ METHOD = """## How the numbers are made
 - **compute floor** (the FRD head): the pass's matrix products (each kernel declares them) in
   3xTF32, three TF32 tensor-core products each, at the TF32 rate of an 8192-square cuBLAS
   product timed in the same run. A pass is held by whichever floor is higher.
-- **separate ops** (a fused pass, fwd+loss+bwd): the same work as the tuned kernels it fuses,
-  one after the other.
+- **separate ops** (a fused pass, fwd+loss+bwd): the same work unfused, each fused kernel (the
+  forward with the loss, the head's backward) run as the tuned kernels it fuses, one after the
+  other.
 - **tuned** runs the launch parameters of the tuned table (`launch=None`), **default** every
   kernel's default; the backward passes' deterministic reductions use the tuned table in both.
 - **torch eager / torch.compile**: the same formulas written in PyTorch ops (`peers_torch.py`),
