@@ -50,10 +50,14 @@ def launches(counter, call):
     ("adam.step", lambda: ph.Adam(), lambda: (gpu(7, 3),) * 4 + (2,)),
     ("frd.softmax_ce_grad", lambda: ph.FrdSoftmaxCE(H, 21),
      lambda: (gpu(4, H, 21), gpu(4, H, dtype=np.int32))),
+    # both stages at the role's point: two row-and-partials launches, each with its reduce (a
+    # small head: the fake has no opt-in to large shared memory)
+    ("frdhead.backward", lambda: ph.FrdHead(16, 16, H, 3),
+     lambda: (gpu(300, 16), gpu(16, 16), gpu(H, 3, 16), gpu(300, 16), gpu(300, H, 3))),
 ])
 def test_a_remembered_call_launches_what_the_first_call_launched(fake_gpu, name, make, args):
     method = name.split(".")[1]
-    kwargs = {"check_labels": False} if name.startswith("frd") else {}
+    kwargs = {"check_labels": False} if name.startswith("frd.") else {}
     op = make()
     first = launches(fake_gpu, lambda: getattr(op, method)(*args(), **kwargs))
     assert op._checked  # the signature is remembered
