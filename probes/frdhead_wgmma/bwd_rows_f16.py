@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pycuda_heads.core.compile import NVCC_OPTIONS, WGMMA_ARCH
-from pycuda_heads.core.source import cu_dir, render
+from pycuda_heads.core.source import render
 
 D = F = 128
 H, A = 5, 21
@@ -42,7 +41,7 @@ def source(wg: int) -> str:
 
 
 def nvcc_report() -> None:
-    from ptxas import report  # beside this file
+    from entries import report  # beside this file
     for name, wg in VARIANTS.items():
         print(f"{name}: shared {shared(wg)} B", *report(source(wg), ["frdhead_f16_rows"]),
               sep="\n  ")
@@ -58,20 +57,15 @@ def reference(host: dict, dtype: type) -> tuple[np.ndarray, np.ndarray]:
 
 def variant(name: str) -> dict:
     import pycuda.gpuarray as ga
-    from pycuda.compiler import SourceModule
-
     import engine  # beside this file
+    from entries import functions  # beside this file
     import pycuda_heads as ph
     from pycuda_heads.core import device
     from pycuda_heads.perf.timing import gpu_time_us
     from pycuda_heads.verify.checks import compare
 
     wg = VARIANTS[name]
-    with device.thread_context():
-        fn = SourceModule(source(wg), no_extern_c=True, arch=WGMMA_ARCH,
-                          include_dirs=[str(cu_dir())], options=list(NVCC_OPTIONS)
-                          ).get_function("frdhead_f16_rows")
-    fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared(wg))
+    fn = functions(source(wg), ["frdhead_f16_rows"], shared(wg))["frdhead_f16_rows"]
     out = {"registers": fn.num_regs, "shared_bytes": shared(wg), "batches": {}}
     head = ph.FrdHead(D, F, H, A)
     for b in BATCHES:

@@ -12,8 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from pycuda_heads.core.compile import NVCC_OPTIONS, WGMMA_ARCH
-from pycuda_heads.core.source import cu_dir, render
+from pycuda_heads.core.source import render
 
 HERE = Path(__file__).resolve().parent
 D = F = 128
@@ -29,15 +28,14 @@ def source(wg: int) -> str:
 
 
 def nvcc_report() -> None:
-    from ptxas import report  # beside this file
+    from entries import report  # beside this file
     for wg in (2, 1):
         print(f"WG {wg}", *report(source(wg), ENTRIES), sep="\n  ")
 
 
 def main(path: str) -> None:
-    from pycuda.compiler import SourceModule
-
     import engine  # beside this file
+    from entries import functions  # beside this file
     import pycuda.gpuarray as ga
     import numpy as np
     import pycuda_heads as ph
@@ -50,13 +48,7 @@ def main(path: str) -> None:
     record: dict = {"what": __doc__.split("\n")[0], "points": {}}
     for wg in (2, 1):
         shared = wr_rows_shared_bytes({**KNOBS, "WG": wg}, KNOBS)
-        with device.thread_context():
-            mod = SourceModule(source(wg), no_extern_c=True, arch=WGMMA_ARCH,
-                               include_dirs=[str(cu_dir())], options=list(NVCC_OPTIONS))
-        fns = {e: mod.get_function(e) for e in ENTRIES}
-        for fn in fns.values():
-            fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                             shared)
+        fns = functions(source(wg), ENTRIES, shared)
         record["points"][wg] = got = {"registers": {e: f.num_regs for e, f in fns.items()}}
         for b in BATCHES:
             x = engine.inputs(b)

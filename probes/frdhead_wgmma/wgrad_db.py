@@ -12,8 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from pycuda_heads.core.compile import NVCC_OPTIONS, WGMMA_ARCH
-from pycuda_heads.core.source import cu_dir, render
+from pycuda_heads.core.source import render
 
 HERE = Path(__file__).resolve().parent
 D = F = 128
@@ -33,16 +32,15 @@ def source(stages: int) -> str:
 
 
 def nvcc_report() -> None:
-    from ptxas import report  # beside this file
+    from entries import report  # beside this file
     print(*report(source(RINGS[0]), [e for pair in PAIRS for e in pair[:2]]), sep="\n")
 
 
 def main(path: str) -> None:
     import numpy as np
     import pycuda.gpuarray as ga
-    from pycuda.compiler import SourceModule
-
     import engine  # beside this file
+    from entries import functions  # beside this file
     import pycuda_heads as ph
     from pycuda_heads.core import device
     from pycuda_heads.ops.frdhead import _wg_batch_split, backward_shared_bytes
@@ -54,13 +52,7 @@ def main(path: str) -> None:
     for stages in RINGS:
         p = {**KNOBS, "STAGES": stages}
         shared = backward_shared_bytes(p, KNOBS)
-        with device.thread_context():
-            mod = SourceModule(source(stages), no_extern_c=True, arch=WGMMA_ARCH,
-                               include_dirs=[str(cu_dir())], options=list(NVCC_OPTIONS))
-        fns = {e: mod.get_function(e) for pair in PAIRS for e in pair[:2]}
-        for fn in fns.values():
-            fn.set_attribute(device.cuda().function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                             shared)
+        fns = functions(source(stages), [e for pair in PAIRS for e in pair[:2]], shared)
         record["rings"][stages] = got = {"registers": {e: f.num_regs for e, f in fns.items()}}
         for b in BATCHES:
             x = engine.inputs(b)
