@@ -1,0 +1,118 @@
+"""Issue 32 probe: wgrad_f16.cu (the backward's weight gradients on FP16 pieces: A's fragments by
+ldmatrix.trans, X read transposed by wgmma, a column scale a block) against the library's
+frdhead_wg_grad_w2 and frdhead_wg_grad_w1_dpre at B = 65536, 16384 and 333: the summed scratch
+rows of each against float64 (the library's rule, verify.checks.compare), bitwise reruns, then
+GPU time of each, at two batch steps and rings.
+
+    source .gpu/env.sh && python probes/frdhead_wgmma/wgrad_f16.py $OUT/frd_wgrad_f16.json
+    python probes/frdhead_wgmma/wgrad_f16.py --nvcc      (CPU: compile, ptxas's report)
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pycuda_heads.core.source import render
+
+HERE = Path(__file__).resolve().parent
+D = F = 128
+H, A = 5, 21
+BATCHES = (65536, 16384, 333)
+KNOBS = {"D_IN": D, "FRD_HIDDEN": F, "N_HORIZONS": H, "N_ATOMS": A, "BM": 32, "CHUNK": 256,
+         "WGMMA": 2, "WG": 2, "CS": 4, "OCC": 1}
+POINTS = ({"BK": 32, "STAGES": 3}, {"BK": 32, "STAGES": 4}, {"BK": 16, "STAGES": 4})
+#: (library entry, probe entry, A's columns)
+PAIRS = (("frdhead_wg_grad_w2", "wgrad_f16_w2", H * A),
+         ("frdhead_wg_grad_w1_dpre", "wgrad_f16_w1", F))
+
+
+def source(point: dict) -> str:
+    return render("frdhead", {**KNOBS, **point}) + "\n" + (HERE / "wgrad_f16.cu").read_text()
+
+
+def probe_shared(point: dict, ma: int) -> int:
+    """wgrad_f16.cu's layout: two steps' X pieces, A's pieces, the scales, the maxima, the ring."""
+    bk, lda = point["BK"], ma if ma % 4 else 136
+    return (2 * (4 * bk * 128 + 2 * bk * 136)
+            + 4 * (2 * 128 + 8 * 256 + point["STAGES"] * bk * (lda + 136)))
+
+
+def nvcc_report() -> None:
+    from entries import report  # beside this file
+    for point in POINTS:
+        print(point, *report(source(point), [e for pair in PAIRS for e in pair[:2]]),
+              sep="\n  ")
+
+
+def main(path: str) -> None:
+    import numpy as np
+    import pycuda.gpuarray as ga
+
+    import engine  # beside this file
+    from entries import functions  # beside this file
+    import pycuda_heads as ph
+    from pycuda_heads.core import device
+    from pycuda_heads.ops.frdhead import _wg_batch_split, backward_shared_bytes
+    from pycuda_heads.perf.timing import gpu_time_us
+    from pycuda_heads.verify.checks import compare
+
+    device.cuda()
+    head = ph.FrdHead(D, F, H, A)
+    record: dict = {"what": __doc__.split("\n")[0], "points": []}
+    for point in POINTS:
+        p = {**KNOBS, **point}
+        shared = max(backward_shared_bytes(p, KNOBS),
+                     *(probe_shared(point, ma) for *_, ma in PAIRS))
+        fns = functions(source(point), [e for pair in PAIRS for e in pair[:2]], shared)
+        got = {"point": point, "registers": {e: f.num_regs for e, f in fns.items()},
+               "batches": {}}
+        record["points"].append(got)
+        for b in BATCHES:
+            x = engine.inputs(b)
+            hidden, _, g, _ = head.forward_loss(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2",
+                                                                 "labels")))
+            rng = np.random.default_rng(b)
+            dpre = ga.to_gpu(np.where(hidden.get() > 0, rng.standard_normal(
+                (b, F), dtype=np.float32) / np.float32(b), np.float32(0)))
+            operands = {"frdhead_wg_grad_w2": (g, hidden),
+                        "frdhead_wg_grad_w1_dpre": (dpre, x["h_t"])}
+            blocks, per_block = _wg_batch_split(b, p)
+            got["batches"][b] = points = {}
+            for lib, mine, ma in PAIRS:
+                a_dev, x_dev = operands[lib]
+                a64 = a_dev.get().reshape(b, ma).astype(np.float64)
+                x64 = x_dev.get().astype(np.float64)
+                ref64 = np.concatenate([(a64.T @ x64).ravel(), a64.sum(axis=0)])
+                a32, x32 = a64.astype(np.float32), x64.astype(np.float32)
+                ref32 = np.concatenate([(a32.T @ x32).ravel(), a32.sum(axis=0)])
+                outs = {e: ga.empty((blocks, ma * F + ma), np.float32) for e in (lib, mine)}
+
+                def run(e: str, a_dev=a_dev, x_dev=x_dev, outs=outs) -> None:
+                    fns[e](a_dev.gpudata, x_dev.gpudata, outs[e].gpudata, np.int32(b),
+                           np.int32(per_block), grid=(blocks, 1, 1), block=(256, 1, 1),
+                           shared=shared)
+                entry = {}
+                for e in outs:
+                    outs[e].fill(np.float32(np.nan))
+                    run(e)
+                    first = outs[e].get()
+                    run(e)
+                    summed = first.astype(np.float64).sum(axis=0)
+                    entry[e] = {"rerun_bitwise": first.tobytes() == outs[e].get().tobytes(),
+                                "check": compare(summed.astype(np.float32), ref64, ref32)}
+                    entry[e]["good"] = entry[e]["rerun_bitwise"] and entry[e]["check"]["passed"]
+                    if entry[e]["good"] and b != BATCHES[-1]:
+                        entry[e]["us"] = gpu_time_us(lambda e=e: run(e))["median_us"]
+                points[lib] = entry
+                print(point, b, lib, {e: (v["good"], "%.1e" % v["check"]["max_rel_err"],
+                                          round(v.get("us", 0), 1)) for e, v in entry.items()},
+                      flush=True)
+            Path(path).write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--nvcc"]:
+        nvcc_report()
+    else:
+        main(sys.argv[1])
