@@ -54,6 +54,18 @@ def inputs(b: int, dhidden: bool = False) -> dict:
     return x
 
 
+def weight_grad_operands(head: ph.FrdHead, b: int) -> dict:
+    """The (A, X) of each of the FP16 backward's weight gradients at batch b, by library entry:
+    G and hidden from the library's forward_loss, and a dpre (normal / B where hidden > 0)."""
+    x = inputs(b)
+    hidden, _, g, _ = head.forward_loss(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2",
+                                                         "labels")))
+    rng = np.random.default_rng(b)
+    dpre = ga.to_gpu(np.where(hidden.get() > 0, rng.standard_normal((b, F), dtype=np.float32)
+                              / np.float32(b), np.float32(0)))
+    return {"frdhead_wg_grad_w2": (g, hidden), "frdhead_wg_grad_w1_dpre": (dpre, x["h_t"])}
+
+
 def rel_diff(got: list, ref: list) -> float:
     """The largest difference of a point's outputs from the shipped launch's, relative."""
     return max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30)) for g, r in zip(got, ref))

@@ -55,13 +55,7 @@ def main(path: str) -> None:
         fns = functions(source(stages), [e for pair in PAIRS for e in pair[:2]], shared)
         record["rings"][stages] = got = {"registers": {e: f.num_regs for e, f in fns.items()}}
         for b in BATCHES:
-            x = engine.inputs(b)
-            hidden, _, g, _ = head.forward_loss(*(x[n] for n in ("h_t", "w1", "b1", "w2", "b2",
-                                                                 "labels")))
-            rng = np.random.default_rng(b)
-            dpre = ga.to_gpu(np.where(hidden.get() > 0, rng.standard_normal(
-                (b, F), dtype=np.float32) / np.float32(b), np.float32(0)))
-            args = {"frdhead_wg_grad_w2": (g, hidden), "frdhead_wg_grad_w1_dpre": (dpre, x["h_t"])}
+            args = engine.weight_grad_operands(head, b)
             blocks, per_block = _wg_batch_split(b, p)
             got[b] = points = {}
             for lib, mine, ma in PAIRS:
