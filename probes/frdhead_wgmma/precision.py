@@ -18,7 +18,13 @@ Schemes (a * b a product, big / small the pieces, float32 sums over k ascending)
   bf16x2        big = bf16(x), small = bf16(x - big), three products, one accumulator
   bf16x3        three bf16 pieces, the six products of order <= 2, one accumulator
 
+The weight gradients (``--weight-gradients``, B = 65536): K is the batch, so fp16x2's
+row/column scales are A^T's rows and X's columns over the whole batch, one power of two a column
+of A and of X (wgrad_f16.cu's design); fp16x2_one is that kernel's arithmetic.
+
     python probes/frdhead_wgmma/precision.py reports/nvidia-h200/probes/frd_precision.json
+    python probes/frdhead_wgmma/precision.py --weight-gradients \
+        reports/nvidia-h200/probes/frd_precision_wgrad.json
 """
 from __future__ import annotations
 
@@ -129,14 +135,35 @@ def cases(rng: np.random.Generator, m: int) -> dict[str, tuple[np.ndarray, np.nd
                                                .astype(F32))}
 
 
-def main(path: str) -> None:
+def wgrad_cases(rng: np.random.Generator, b: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(A^T [m, B], X [B, n]) of the backward's weight gradients, and a harder h_t."""
+    logits = rng.standard_normal((b, 5, 21))
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p[np.arange(b), :, rng.integers(0, 21, b)] -= 1
+    g = (p.reshape(b, 105) / b).astype(F32)
+    hidden = np.maximum(rng.standard_normal((b, 128)), 0).astype(F32)
+    dpre = np.where(hidden > 0, rng.standard_normal((b, 128)) / b, 0).astype(F32)
+    h_t = rng.standard_normal((b, 128)).astype(F32)
+    wide = (h_t * np.exp2(rng.uniform(-12, 12, (b, 1)))).astype(F32)
+    return {f"dW2 = G^T hidden (K = B = {b})": (np.ascontiguousarray(g.T), hidden),
+            f"dW1 = dpre^T h_t (K = B = {b})": (np.ascontiguousarray(dpre.T), h_t),
+            f"dW1, h_t rows * 2^U(-12, 12) (K = B = {b})": (np.ascontiguousarray(dpre.T), wide)}
+
+
+WGRAD_SCHEMES = ("tf32x3", "fp16x2_one", "fp16x2_tensor")
+
+
+def main(path: str, weight_gradients: bool = False) -> None:
     rng = np.random.default_rng(32)
     out: dict = {"rule": "verify.checks.compare: max |err| <= max(16 x float32's, 1e-5 x max|ref|)"}
-    for name, (a, b) in cases(rng, 1024).items():
+    todo = wgrad_cases(rng, 65536) if weight_gradients else cases(rng, 1024)
+    schemes = {k: SCHEMES[k] for k in WGRAD_SCHEMES} if weight_gradients else SCHEMES
+    for name, (a, b) in todo.items():
         ref64 = a.astype(np.float64) @ b.astype(np.float64)
         ref32 = accumulate([(a, b)])
         row = {}
-        for scheme, fn in SCHEMES.items():
+        for scheme, fn in schemes.items():
             got = compare(fn(a, b), ref64, ref32)
             row[scheme] = {"passed": got["passed"], "max_rel_err": got["max_rel_err"],
                            "x_float32": got["max_abs_err"] / got["ref32_abs_err"]}
@@ -149,4 +176,7 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--weight-gradients":
+        main(sys.argv[2], weight_gradients=True)
+    else:
+        main(sys.argv[1])
