@@ -29,6 +29,7 @@
 #             $SPLITK_S seconds ($SPLITK_ARGS=--rule-only: the op's own rule and launch alone)
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
 #   engine    FrdHead's roles on WGMMA=1 against the shipped launches (probes/frdhead_wgmma/engine.py)
+#   wgradf16  the FP16 weight-gradient prototype against the library's (probes/frdhead_wgmma/wgrad_f16.py)
 #   profile   Nsight Compute over the launches of $PROFILE_PY (default probes/pool_profile.py:
 #             the pool's tuned launches at the shapes short of the bars), one CSV; more
 #             sections in $PROFILE_SECTIONS (e.g. "--section ComputeWorkloadAnalysis")
@@ -193,6 +194,8 @@ has splitk && probe_step splitk "${SPLITK_S:-200}" probes/pool_splitk/virtual.py
 # shellcheck disable=SC2086  # WGMMA_ARGS: words on purpose (the variants to run)
 has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_wgmma.json ${WGMMA_ARGS:-}
 has engine && probe_step engine "${ENGINE_S:-150}" probes/frdhead_wgmma/engine.py frd_engine.json
+has wgradf16 && probe_step wgradf16 "${WGRADF16_S:-150}" probes/frdhead_wgmma/wgrad_f16.py \
+    frd_wgrad_f16.json
 if has profile; then
     mkdir -p "$out/profile"
     # shellcheck disable=SC2086  # PROFILE_SECTIONS: words on purpose (more --section options)
