@@ -67,9 +67,15 @@ def test_default_variant_has_no_atomics_or_spills(kernel, arch):
     assert all(0 < e.registers <= 255 for e in report.entries.values())
 
 
+# launches a call makes at each engine: a role's (WGMMA 1: the row launch, then its own); the
+# backward's (both stages' in turn; WGMMA 2: the row products' one, then two weight gradients)
+_LAUNCHES = {"frdhead.backward": {0: 2, 1: 4, 2: 3}}
+
+
 def _engine_points():
     """Every FrdHead role at each engine its space has, at the suite head's shape."""
-    for kernel in ("frdhead.forward", "frdhead.forward_loss", "frdhead.grad_w2", "frdhead.grad_w1"):
+    for kernel in ("frdhead.forward", "frdhead.forward_loss", "frdhead.grad_w2", "frdhead.grad_w1",
+                   "frdhead.backward"):
         spec = catalog()[kernel]
         for engine in spec.space.params["WGMMA"]:
             yield kernel, engine
@@ -83,7 +89,7 @@ def test_the_entries_a_variant_launches_are_in_its_module(kernel, engine):
     params = spec.space.complete({"WGMMA": engine}, HEAD)
     source = render(spec.family, {**HEAD, **params}, spec.source_dir)
     entries = spec.entries(params)
-    assert len(entries) == (2 if engine == 1 else 1)
+    assert len(entries) == _LAUNCHES.get(kernel, {0: 1, 1: 2, 2: 1})[engine]
     assert all(arg_types(source, e) for e in entries)
 
 
