@@ -35,10 +35,13 @@ __device__ __forceinline__ void wgmma_f16_tp(float (&d)[64], const unsigned (&a)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)accumulate));
 }
 
-template <int MA>
+// GIVEN: the columns' maxima come from colmax ([128] of A's, then [128] of X's) instead of the
+// first pass (what a library version would take from the kernels that write A and X)
+template <int MA, bool GIVEN>
 __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const float* __restrict__ x,
                                           float* __restrict__ scratch, const int B,
-                                          const int rows_per_block) {
+                                          const int rows_per_block,
+                                          const float* __restrict__ colmax) {
     constexpr int LDA = MA % 4 ? MA : WB_LDT;   // the raw A tile's row stride (floats)
     constexpr int ATILE = BK * LDA;
     constexpr int STEP = ATILE + BK * WB_LDT;   // a step's raw tiles: A, X
@@ -66,7 +69,10 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) load(i);  // in flight during the first pass
-    {   // the first pass: each column's largest magnitude over the slice, a lane 4 columns
+    if (GIVEN) {
+        (tid < WB_N ? s_a : s_x)[tid % WB_N] = pow2_scale(colmax[tid]);
+        __syncthreads();
+    } else {   // the first pass: each column's largest magnitude over the slice, a lane 4 columns
         float ma[4] = {0.f, 0.f, 0.f, 0.f}, mx[4] = {0.f, 0.f, 0.f, 0.f};
         for (int r = begin + tid / 32; r < end; r += 8)
 #pragma unroll
@@ -175,16 +181,13 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     }
 }
 
-extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, 1)
-wgrad_f16_w2(const float* __restrict__ grad_logits, const float* __restrict__ hidden,
-             float* __restrict__ scratch, const int B, const int rows_per_block)
-{
-    wgrad_f16<HA>(grad_logits, hidden, scratch, B, rows_per_block);
-}
-
-extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, 1)
-wgrad_f16_w1(const float* __restrict__ dpre, const float* __restrict__ h_t,
-             float* __restrict__ scratch, const int B, const int rows_per_block)
-{
-    wgrad_f16<FRD_HIDDEN>(dpre, h_t, scratch, B, rows_per_block);
-}
+#define WGRAD_F16_ENTRY(NAME, MA, GIVEN, A, X)                                              \
+    extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, 1)                         \
+    NAME(const float* __restrict__ A, const float* __restrict__ X, float* __restrict__ scratch, \
+         const int B, const int rows_per_block, const float* __restrict__ colmax) {          \
+        wgrad_f16<MA, GIVEN>(A, X, scratch, B, rows_per_block, colmax);                      \
+    }
+WGRAD_F16_ENTRY(wgrad_f16_w2, HA, false, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1, FRD_HIDDEN, false, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w2_given, HA, true, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1_given, FRD_HIDDEN, true, dpre, h_t)

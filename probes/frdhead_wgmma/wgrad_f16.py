@@ -1,5 +1,7 @@
 """Issue 32 probe: wgrad_f16.cu (the backward's weight gradients on FP16 pieces: A's fragments by
-ldmatrix.trans, X read transposed by wgmma, a column scale a block) against the library's
+ldmatrix.trans, X read transposed by wgmma, a column scale a block from a first pass over the
+block's slice, or, "given", from the whole batch's column maxima as a producer would leave them)
+against the library's
 frdhead_wg_grad_w2 and frdhead_wg_grad_w1_dpre at B = 65536, 16384 and 333: the summed scratch
 rows of each against float64 (the library's rule, verify.checks.compare), bitwise reruns, then
 GPU time of each, at two batch steps and rings.
@@ -22,9 +24,9 @@ BATCHES = (65536, 16384, 333)
 KNOBS = {"D_IN": D, "FRD_HIDDEN": F, "N_HORIZONS": H, "N_ATOMS": A, "BM": 32, "CHUNK": 256,
          "WGMMA": 2, "WG": 2, "CS": 4, "OCC": 1}
 POINTS = ({"BK": 32, "STAGES": 3}, {"BK": 32, "STAGES": 4}, {"BK": 16, "STAGES": 4})
-#: (library entry, probe entry, A's columns)
-PAIRS = (("frdhead_wg_grad_w2", "wgrad_f16_w2", H * A),
-         ("frdhead_wg_grad_w1_dpre", "wgrad_f16_w1", F))
+#: (library entry, probe entry, the probe's entry with given column maxima, A's columns)
+PAIRS = (("frdhead_wg_grad_w2", "wgrad_f16_w2", "wgrad_f16_w2_given", H * A),
+         ("frdhead_wg_grad_w1_dpre", "wgrad_f16_w1", "wgrad_f16_w1_given", F))
 
 
 def source(point: dict) -> str:
@@ -41,7 +43,7 @@ def probe_shared(point: dict, ma: int) -> int:
 def nvcc_report() -> None:
     from entries import report  # beside this file
     for point in POINTS:
-        print(point, *report(source(point), [e for pair in PAIRS for e in pair[:2]]),
+        print(point, *report(source(point), [e for pair in PAIRS for e in pair[:3]]),
               sep="\n  ")
 
 
@@ -64,7 +66,7 @@ def main(path: str) -> None:
         p = {**KNOBS, **point}
         shared = max(backward_shared_bytes(p, KNOBS),
                      *(probe_shared(point, ma) for *_, ma in PAIRS))
-        fns = functions(source(point), [e for pair in PAIRS for e in pair[:2]], shared)
+        fns = functions(source(point), [e for pair in PAIRS for e in pair[:3]], shared)
         got = {"point": point, "registers": {e: f.num_regs for e, f in fns.items()},
                "batches": {}}
         record["points"].append(got)
@@ -72,19 +74,23 @@ def main(path: str) -> None:
             operands = engine.weight_grad_operands(head, b)
             blocks, per_block = _wg_batch_split(b, p)
             got["batches"][b] = points = {}
-            for lib, mine, ma in PAIRS:
+            for lib, mine, given, ma in PAIRS:
                 a_dev, x_dev = operands[lib]
                 a64 = a_dev.get().reshape(b, ma).astype(np.float64)
                 x64 = x_dev.get().astype(np.float64)
                 ref64 = np.concatenate([(a64.T @ x64).ravel(), a64.sum(axis=0)])
                 a32, x32 = a64.astype(np.float32), x64.astype(np.float32)
                 ref32 = np.concatenate([(a32.T @ x32).ravel(), a32.sum(axis=0)])
-                outs = {e: ga.empty((blocks, ma * F + ma), np.float32) for e in (lib, mine)}
+                colmax = np.zeros(2 * F, np.float32)
+                colmax[:ma], colmax[F:] = np.abs(a32).max(axis=0), np.abs(x32).max(axis=0)
+                colmax_dev = ga.to_gpu(colmax)
+                outs = {e: ga.empty((blocks, ma * F + ma), np.float32)
+                        for e in (lib, mine, given)}
 
-                def run(e: str, a_dev=a_dev, x_dev=x_dev, outs=outs) -> None:
-                    fns[e](a_dev.gpudata, x_dev.gpudata, outs[e].gpudata, np.int32(b),
-                           np.int32(per_block), grid=(blocks, 1, 1), block=(256, 1, 1),
-                           shared=shared)
+                def run(e: str, a_dev=a_dev, x_dev=x_dev, outs=outs, cm=colmax_dev) -> None:
+                    args = [a_dev.gpudata, x_dev.gpudata, outs[e].gpudata, np.int32(b),
+                            np.int32(per_block)] + ([cm.gpudata] if e != lib else [])
+                    fns[e](*args, grid=(blocks, 1, 1), block=(256, 1, 1), shared=shared)
                 entry = {}
                 for e in outs:
                     outs[e].fill(np.float32(np.nan))
