@@ -5,12 +5,12 @@
 // beside frdhead_wg_grad_w2 over G and hidden. WGMMA 1 runs the two row products as two
 // launches, dhidden going to memory and back between them, and masks in the weight gradient.
 // Both weights are staged once a block as the forward stages them (stage_f16: each row scaled
-// by a power of two, K-major core matrices) and read transposed (products_f16's TRANS). A
-// weight row's scale lies along these products' k, so it is folded into A's columns (G by
-// 1 / t2, dpre by 1 / t1: powers of two, exact) before A's own row scale. dhidden's accumulator fragment, masked
+// by a power of two, K-major core matrices) and read transposed (products_t). A weight row's
+// scale lies along these products' k, so it is folded into A's columns (G by 1 / t2, dpre by
+// 1 / t1: powers of two, exact) before A's own row scale. dhidden's accumulator fragment, masked
 // and folded, is grad_h_t's A fragment (acc_f16). G's tiles (rows of HA floats, copied as one
 // span a tile: wb_copy_rows) come by cp.async a tile ahead; the mask is read from hidden at the
-// accumulator's positions a tile ahead, under the second product. Fixed sums: bitwise reruns.
+// accumulator's positions as a tile starts, under the products. Fixed sums: bitwise reruns.
 
 #define WR_KG 112  // G's k: HA padded to whole k16 steps
 // dynamic shared memory in floats: both weights' pieces (halves), their rows' inverse scales,
@@ -46,12 +46,10 @@ frdhead_f16_rows(const float* __restrict__ grad_logits, const float* __restrict_
     stage_f16<FRD_HIDDEN, D_IN, WB_RP_THREADS, false>(w1b, w1s, inv_t1, w1, FRD_HIDDEN);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // seen by wgmma's reads
     __syncthreads();
-    // the mask at the accumulator's positions (row r0 + 8h, columns 8j + 2t, + 1) of a tile,
-    // loaded for the next tile under this one's second product: loaded as a tile starts, it
-    // came too late (Nsight Compute: the compare on top of the long-scoreboard stalls)
-    float2 hv[FRD_HIDDEN / 8][2];
-    const auto load_mask = [&](int at) {
-        const int r0 = at * WB_ROWS + 16 * warp + g;
+    for (; tile < tiles; tile += stride) {
+        const int r0 = tile * WB_ROWS + 16 * warp + g;  // the thread's rows r0, r0 + 8
+        // the mask at the accumulator's positions (row r0 + 8h, columns 8j + 2t, + 1)
+        float2 hv[FRD_HIDDEN / 8][2];
 #pragma unroll
         for (int j = 0; j < FRD_HIDDEN / 8; ++j)
 #pragma unroll
@@ -60,10 +58,6 @@ frdhead_f16_rows(const float* __restrict__ grad_logits, const float* __restrict_
                     ? __ldg(reinterpret_cast<const float2*>(
                           hidden + (size_t)(r0 + 8 * h) * FRD_HIDDEN + 8 * j + 2 * t))
                     : make_float2(0.f, 0.f);
-    };
-    if (tile < tiles) load_mask(tile);
-    for (; tile < tiles; tile += stride) {
-        const int r0 = tile * WB_ROWS + 16 * warp + g;  // the thread's rows r0, r0 + 8
         wait_copies<0>();
         wg_barrier(wg);
         float d[64];
@@ -89,7 +83,7 @@ frdhead_f16_rows(const float* __restrict__ grad_logits, const float* __restrict_
                 load(tile + stride);
                 split_rows_f16<WR_KG>(raw, big, small, sc);
             }
-            products_f16<WR_KG, WR_KG, 3, true>(d, big, small, w2b, w2s);
+            products_t<WR_KG, WR_KG / 16>(d, big, small, w2b, w2s);
             // dpre = d / sc where hidden > 0: stored; then folded by 1 / t1 for grad_h_t
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -112,8 +106,7 @@ frdhead_f16_rows(const float* __restrict__ grad_logits, const float* __restrict_
         {
             unsigned big[FRD_HIDDEN / 16][4], small[FRD_HIDDEN / 16][4];
             acc_f16(d, big, small, sh);
-            if (tile + stride < tiles) load_mask(tile + stride);
-            products_f16<FRD_HIDDEN, FRD_HIDDEN, 3, true>(d2, big, small, w1b, w1s);
+            products_t<FRD_HIDDEN, FRD_HIDDEN / 16>(d2, big, small, w1b, w1s);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

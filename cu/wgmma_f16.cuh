@@ -160,6 +160,28 @@ __device__ __forceinline__ void acc_f16(const float (&d)[64], unsigned (&big)[8]
                        small[s][q]);
 }
 
+// d = A . B^T over KD (KD / 16 k16 steps): A's pieces from registers, B's (ROWS rows, K-major) at
+// wb, ws; small.big + big.small + big.big a step (NPASS 1: big.big alone), then waited for
+template <int ROWS, int KD, int NPASS, int NACC>
+__device__ __forceinline__ void products_f16(float (&d)[NACC], const unsigned (&big)[KD / 16][4],
+                                             const unsigned (&small)[KD / 16][4],
+                                             const __half* wb, const __half* ws) {
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < KD / 16; ++s) {
+        const int kb = 2 * s * (ROWS / 8) * 64;  // halves to this step's first core matrix
+        if (NPASS == 3) {
+            wgmma_f16(d, small[s], f16_desc<ROWS>(wb + kb));
+            wgmma_f16(d, big[s], f16_desc<ROWS>(ws + kb));
+        }
+        wgmma_f16(d, big[s], f16_desc<ROWS>(wb + kb));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
 // d (m64n128, f32) += A (registers) . B^T, B a K-major FP16 operand read transposed (wgmma's
 // imm-trans-b: the operand's rows are this product's k, its k this product's n)
 __device__ __forceinline__ void wgmma_f16_t(float (&d)[64], const unsigned (&a)[4],
@@ -171,32 +193,23 @@ __device__ __forceinline__ void wgmma_f16_t(float (&d)[64], const unsigned (&a)[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-// d = A . B^T over KD (KD / 16 k16 steps): A's pieces from registers, B's (ROWS rows, K-major) at
-// wb, ws; small.big + big.small + big.big a step (NPASS 1: big.big alone), then waited for.
-// TRANS: B's pieces are a weight staged with rows = this product's k and read transposed (n128
-// only): the descriptor's leading byte offset is the k step (one core matrix, 128 bytes), its
-// stride the n step (ROWS * 16 bytes).
-template <int ROWS, int KD, int NPASS, bool TRANS = false, int NACC>
-__device__ __forceinline__ void products_f16(float (&d)[NACC], const unsigned (&big)[KD / 16][4],
-                                             const unsigned (&small)[KD / 16][4],
-                                             const __half* wb, const __half* ws) {
-    const auto product = [&](const unsigned (&a)[4], const __half* b, int s) {
-        if constexpr (TRANS)
-            wgmma_f16_t(d, a, wg_desc(reinterpret_cast<const float*>(b + 2 * s * 64), 128,
-                                      ROWS * 16));
-        else
-            wgmma_f16(d, a, f16_desc<ROWS>(b + 2 * s * (ROWS / 8) * 64));
-    };
+// d = A . W over KS k16 steps, W's pieces [KROWS x 128] staged K-major (rows = this product's
+// k) and read transposed: the descriptor's leading byte offset is the k step (one core
+// matrix, 128 bytes), its stride the n step (KROWS * 16 bytes); three products a step, then
+// waited for
+template <int KROWS, int KS>
+__device__ __forceinline__ void products_t(float (&d)[64], const unsigned (&big)[KS][4],
+                                           const unsigned (&small)[KS][4], const __half* wb,
+                                           const __half* ws) {
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) d[i] = 0.f;
+    for (int i = 0; i < 64; ++i) d[i] = 0.f;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int s = 0; s < KD / 16; ++s) {
-        if (NPASS == 3) {
-            product(small[s], wb, s);
-            product(big[s], ws, s);
-        }
-        product(big[s], wb, s);
+    for (int s = 0; s < KS; ++s) {
+        const int kb = 2 * s * 64;  // halves to this step's first core matrix
+        wgmma_f16_t(d, small[s], wg_desc(reinterpret_cast<const float*>(wb + kb), 128, KROWS * 16));
+        wgmma_f16_t(d, big[s], wg_desc(reinterpret_cast<const float*>(ws + kb), 128, KROWS * 16));
+        wgmma_f16_t(d, big[s], wg_desc(reinterpret_cast<const float*>(wb + kb), 128, KROWS * 16));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

@@ -174,8 +174,7 @@ class TrainStep(_Captured):
     its step counter and learning rate (on the device: ``schedule``) and every buffer. The FRD
     branch runs on a second stream of the step's, beside the pool branch: its forward and
     softmax-CE beside the pool and residual/gate forward, then the loss, then its backward
-    (``backward``: both stages) beside theirs; it joins before Adam, so ``stream`` waits for
-    all of it.
+    stages beside theirs; it joins before Adam, so ``stream`` waits for all of it.
 
     ``load(params)`` sets the parameters (moments zero, step 0); ``feed(**data)`` fills the
     inputs in place; ``run()`` launches the step's kernels one by one, ``replay()`` the
@@ -312,8 +311,8 @@ class TrainStep(_Captured):
         grad_out, grad_logits_w, loss = self.loss.grad(out, x["y"], ce, grad_logits,
                                                        stream=side)
         self._hand(side, s, "loss")
-        g_w1, g_b1, g_w2, g_b2, _ = self.head.backward(x["h_t"], p["w1"], p["w2"], hidden,
-                                                       grad_logits_w, stream=side)
+        g_w2, g_b2, dhidden = self.head.grad_w2(hidden, p["w2"], grad_logits_w, stream=side)
+        g_w1, g_b1, _ = self.head.grad_w1(x["h_t"], p["w1"], hidden, dhidden, stream=side)
         g_wres, g_bres, grad_ctx, _, g_alpha = self.resgate.backward(
             ctx, p["w_res"], p["alpha"], residual, grad_out, stream=s)
         g_q, _ = self.pool.backward(p["q_h"], x["ln"], attn, grad_ctx, ctx=ctx, stream=s)

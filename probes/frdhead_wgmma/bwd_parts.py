@@ -43,8 +43,8 @@ def parts(head: ph.FrdHead, x: dict, b: int) -> dict:
     rows, w2_grad, w1_grad = head.entries("backward", p)
     dpre, gh = empty((b, F)), empty((b, D))
     call, grid, block, shared = head._launch(
-        "backward", rows, b, p,
-        lambda: head._wg_row_geometry(b, p, wr_rows_shared_bytes(p, head.template)))
+        "backward", rows, b, p, lambda: (head._wg_row_geometry("grad_w2", b, p)[:2]
+                                         + (wr_rows_shared_bytes(p, head.template),)))
     out["rows"] = gpu_time_us(lambda: call(
         grid, block, grad_logits=g.gpudata, hidden=hidden.gpudata, w1=x["w1"].gpudata,
         w2=x["w2"].gpudata, dpre=dpre.gpudata, grad_h_t=gh.gpudata, B=b, shared=shared))[

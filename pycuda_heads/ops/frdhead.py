@@ -164,8 +164,6 @@ _KNOBS = {"BM": (16, 32, 64), "CHUNK": (64, 128, 256, 512, 1024, 2048)}
 _LAUNCH = ("SHARED_BYTES <= MAX_SHARED_BYTES",)
 _CHUNK_RULE = "CHUNK % BM == 0"
 
-# The WGMMA engines tile rows their own way: the mma.sync knobs stay at their defaults.
-_WG_TILE_RULE = "WGMMA == 0 or (BM == 32 and CHUNK == 256)"
 _WG_SHAPE_RULE = ("WGMMA == 0 or (D_IN == 128 and FRD_HIDDEN == 128 "
                   f"and {WG_N2 - 8} < N_HORIZONS * N_ATOMS <= {WG_N2})")
 
@@ -180,7 +178,8 @@ _FORWARD_RULES = (_CHUNK_RULE,
                   "(N_HORIZONS * N_ATOMS + 1024 // BM - 1) // (1024 // BM) <= 16",
                   "WGMMA != 0 or (WG == 2 and CS == 16 and SWZ == 1)",
                   "WGMMA != 2 or CS == 16",
-                  _WG_TILE_RULE, _WG_SHAPE_RULE)
+                  "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
+                  _WG_SHAPE_RULE)
 FORWARD_SPACE = KernelSpace(
     kernel="frdhead.forward", params=_FORWARD_KNOBS, default=_FORWARD_DEFAULT,
     restrictions=_FORWARD_RULES, launch_restrictions=_LAUNCH, shared_bytes=forward_shared_bytes)
@@ -201,7 +200,8 @@ _GRAD_DEFAULT = {"BM": 32, "CHUNK": 256, "WGMMA": 0, "WG": 2, "CS": 4, "BK": 32,
 # ring of raw tiles need more shared memory than an SM has.
 _GRAD_RULES = (_CHUNK_RULE,
                "WGMMA == 1 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2 and STAGES == 2)",
-               _WG_TILE_RULE, _WG_SHAPE_RULE)
+               "WGMMA == 0 or (BM == 32 and CHUNK == 256)",
+               _WG_SHAPE_RULE)
 
 
 def _occ_rule(floats: str, engines: str = "WGMMA == 0") -> str:
@@ -214,19 +214,17 @@ def _grad_launch(role: str) -> tuple[str, ...]:
     return (*_LAUNCH, _occ_rule(f"WB_{role.upper()}_FLOATS"))
 
 
-# A weight gradient's mma.sync accumulators: ceil(m/32) x ceil(n/32) tiles of 4 a thread.
-_GRAD_W2_TILES = "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"
-_GRAD_W1_TILES = "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"
 GRAD_W2_SPACE = KernelSpace(
     kernel="frdhead.grad_w2", params=_GRAD_KNOBS, default=_GRAD_DEFAULT,
-    restrictions=(*_GRAD_RULES, _GRAD_W2_TILES),
+    restrictions=(*_GRAD_RULES,
+                  "((N_HORIZONS * N_ATOMS + 31) // 32) * ((FRD_HIDDEN + 31) // 32) <= 16"),
     launch_restrictions=_grad_launch("grad_w2"), shared_bytes=grad_w2_shared_bytes)
 
 # grad_w1's weight gradient also stages the mask's tile a step: two blocks an SM fit shared
 # memory only at BK 16 (its launch restriction).
 GRAD_W1_SPACE = KernelSpace(
     kernel="frdhead.grad_w1", params=_GRAD_KNOBS, default=_GRAD_DEFAULT,
-    restrictions=(*_GRAD_RULES, _GRAD_W1_TILES),
+    restrictions=(*_GRAD_RULES, "((FRD_HIDDEN + 31) // 32) * ((D_IN + 31) // 32) <= 16"),
     launch_restrictions=_grad_launch("grad_w1"), shared_bytes=grad_w1_shared_bytes)
 
 # Both stages at one point: WGMMA 0 and 1 the stages' kernels, with their knobs; 2 both row
@@ -238,7 +236,8 @@ BACKWARD_SPACE = KernelSpace(
     restrictions=(_CHUNK_RULE,
                   "WGMMA != 0 or (WG == 2 and CS == 4 and BK == 32 and OCC == 2 and STAGES == 2)",
                   "WGMMA != 2 or CS == 4",
-                  _WG_TILE_RULE, _WG_SHAPE_RULE, _GRAD_W2_TILES, _GRAD_W1_TILES),
+                  *_GRAD_RULES[2:], *GRAD_W2_SPACE.restrictions[len(_GRAD_RULES):],
+                  *GRAD_W1_SPACE.restrictions[len(_GRAD_RULES):]),
     launch_restrictions=(*_grad_launch("grad_w2"),
                          _occ_rule("WB_GRAD_W1_FLOATS", "WGMMA != 1"),
                          _occ_rule("WR_GRAD_W1_FLOATS", "WGMMA != 2")),
@@ -454,12 +453,11 @@ class FrdHead(Op):
         p = self.launch_params(role, {"B": b})
         if p.get("WGMMA"):
             self._aligned(**aligned)
-            row_product, weight_grad = self.entries(stage, p)
             call, grid, block, shared = self._launch(
-                role, row_product, b, p,
-                lambda: self._wg_row_geometry(b, p, wb_row_shared_bytes(stage, p, self.template)))
+                role, f"{self.FAMILY}_wg_" + {"grad_w2": "dhidden", "grad_w1": "grad_h_t"}[stage],
+                b, p, lambda: self._wg_row_geometry(stage, b, p))
             call(grid, block, **rows, B=b, shared=shared, stream=stream)
-            return self._weight_grad(weight_grad, role, b, p, m * n + m,
+            return self._weight_grad(f"{self.FAMILY}_wg_{stage}", role, b, p, m * n + m,
                                      wb_grad_shared_bytes(stage, p, self.template), sums, stream)
         shared_bytes = grad_w2_shared_bytes if stage == "grad_w2" else grad_w1_shared_bytes
         call, grid, block, shared = self._launch(
@@ -482,11 +480,11 @@ class FrdHead(Op):
              shared=shared, stream=stream)
         return reducer().sum_rows(scratch, blocks, width, stream)
 
-    def _wg_row_geometry(self, b: int, p: Mapping[str, Any], shared: int) -> tuple:
-        """A backward row-product launch of ``shared`` bytes: a block a multiprocessor at most,
-        its WG warpgroups striding over 64-row tiles."""
+    def _wg_row_geometry(self, stage: str, b: int, p: Mapping[str, Any]) -> tuple:
+        """A backward stage's row product: a block a multiprocessor at most, its WG warpgroups
+        striding over 64-row tiles."""
         blocks = min(device.sm_count(), -(-b // (WG_ROWS * p["WG"])))
-        return (blocks, 1, 1), (128 * p["WG"], 1, 1), shared
+        return (blocks, 1, 1), (128 * p["WG"], 1, 1), wb_row_shared_bytes(stage, p, self.template)
 
     def backward(self, h_t: Any, w1: Any, w2: Any, hidden: Any, grad_logits: Any, *,
                  stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
@@ -507,7 +505,8 @@ class FrdHead(Op):
         rows, w2_grad, w1_grad = self.entries("backward", p)
         call, grid, block, shared = self._launch(
             "backward", rows, b, p,
-            lambda: self._wg_row_geometry(b, p, wr_rows_shared_bytes(p, self.template)))
+            lambda: (self._wg_row_geometry("grad_w2", b, p)[:2]
+                     + (wr_rows_shared_bytes(p, self.template),)))
         call(grid, block, grad_logits=grad_logits.gpudata, hidden=hidden.gpudata,
              w1=w1.gpudata, w2=w2.gpudata, dpre=dpre.gpudata, grad_h_t=grad_h_t.gpudata, B=b,
              shared=shared, stream=stream)
