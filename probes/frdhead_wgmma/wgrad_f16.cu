@@ -35,9 +35,10 @@ __device__ __forceinline__ void wgmma_f16_tp(float (&d)[64], const unsigned (&a)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)accumulate));
 }
 
-// GIVEN: the columns' maxima come from colmax ([128] of A's, then [128] of X's) instead of the
-// first pass (what a library version would take from the kernels that write A and X)
-template <int MA, bool GIVEN>
+// GIVEN_A, GIVEN_X: an operand's column maxima come from colmax ([128] of A's, then [128] of
+// X's) instead of the first pass (what a library version would take from the kernel that
+// writes the operand: the rows launch writes dpre and reads G and hidden; h_t has no producer)
+template <int MA, bool GIVEN_A, bool GIVEN_X>
 __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const float* __restrict__ x,
                                           float* __restrict__ scratch, const int B,
                                           const int rows_per_block,
@@ -69,27 +70,33 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     };
 #pragma unroll
     for (int i = 0; i < STAGES - 1; ++i) load(i);  // in flight during the first pass
-    if (GIVEN) {
-        (tid < WB_N ? s_a : s_x)[tid % WB_N] = pow2_scale(colmax[tid]);
-        __syncthreads();
-    } else {   // the first pass: each column's largest magnitude over the slice, a lane 4 columns
+    {   // each column's largest magnitude over the slice: given, or from a first pass over it
+        // (a lane 4 columns, the warps' maxima reduced in a fixed order)
         float ma[4] = {0.f, 0.f, 0.f, 0.f}, mx[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int r = begin + tid / 32; r < end; r += 8)
+        if (!(GIVEN_A && GIVEN_X)) {
+            // last row first: the slice's first steps are what L2 holds when the steps begin
+#pragma unroll 4
+            for (int r = end - 1 - tid / 32; r >= begin; r -= 8)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int c = lane + 32 * j;
+                    if (!GIVEN_A && c < MA) ma[j] = fmaxf(ma[j], fabsf(__ldg(a + (size_t)r * MA + c)));
+                    if (!GIVEN_X) mx[j] = fmaxf(mx[j], fabsf(__ldg(x + (size_t)r * WB_N + c)));
+                }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const int c = lane + 32 * j;
-                if (c < MA) ma[j] = fmaxf(ma[j], fabsf(__ldg(a + (size_t)r * MA + c)));
-                mx[j] = fmaxf(mx[j], fabsf(__ldg(x + (size_t)r * WB_N + c)));
+                red[(tid / 32) * 2 * WB_N + lane + 32 * j] = ma[j];
+                red[(tid / 32) * 2 * WB_N + WB_N + lane + 32 * j] = mx[j];
             }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            red[(tid / 32) * 2 * WB_N + lane + 32 * j] = ma[j];
-            red[(tid / 32) * 2 * WB_N + WB_N + lane + 32 * j] = mx[j];
+            __syncthreads();
         }
-        __syncthreads();
         float m = 0.f;
+        if (tid < WB_N ? GIVEN_A : GIVEN_X) {
+            m = colmax[tid];
+        } else {
 #pragma unroll
-        for (int w = 0; w < 8; ++w) m = fmaxf(m, red[w * 2 * WB_N + tid]);
+            for (int w = 0; w < 8; ++w) m = fmaxf(m, red[w * 2 * WB_N + tid]);
+        }
         (tid < WB_N ? s_a : s_x)[tid % WB_N] = pow2_scale(m);
         __syncthreads();
     }
@@ -181,13 +188,14 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     }
 }
 
-#define WGRAD_F16_ENTRY(NAME, MA, GIVEN, A, X)                                              \
+#define WGRAD_F16_ENTRY(NAME, MA, GIVEN_A, GIVEN_X, A, X)                                   \
     extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, 1)                         \
     NAME(const float* __restrict__ A, const float* __restrict__ X, float* __restrict__ scratch, \
          const int B, const int rows_per_block, const float* __restrict__ colmax) {          \
-        wgrad_f16<MA, GIVEN>(A, X, scratch, B, rows_per_block, colmax);                      \
+        wgrad_f16<MA, GIVEN_A, GIVEN_X>(A, X, scratch, B, rows_per_block, colmax);           \
     }
-WGRAD_F16_ENTRY(wgrad_f16_w2, HA, false, grad_logits, hidden)
-WGRAD_F16_ENTRY(wgrad_f16_w1, FRD_HIDDEN, false, dpre, h_t)
-WGRAD_F16_ENTRY(wgrad_f16_w2_given, HA, true, grad_logits, hidden)
-WGRAD_F16_ENTRY(wgrad_f16_w1_given, FRD_HIDDEN, true, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w2, HA, false, false, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1, FRD_HIDDEN, false, false, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w2_given, HA, true, true, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1_given, FRD_HIDDEN, true, true, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w1_given_a, FRD_HIDDEN, true, false, dpre, h_t)

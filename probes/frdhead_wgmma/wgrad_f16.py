@@ -24,9 +24,11 @@ BATCHES = (65536, 16384, 333)
 KNOBS = {"D_IN": D, "FRD_HIDDEN": F, "N_HORIZONS": H, "N_ATOMS": A, "BM": 32, "CHUNK": 256,
          "WGMMA": 2, "WG": 2, "CS": 4, "OCC": 1}
 POINTS = ({"BK": 32, "STAGES": 3}, {"BK": 32, "STAGES": 4}, {"BK": 16, "STAGES": 4})
-#: (library entry, probe entry, the probe's entry with given column maxima, A's columns)
-PAIRS = (("frdhead_wg_grad_w2", "wgrad_f16_w2", "wgrad_f16_w2_given", H * A),
-         ("frdhead_wg_grad_w1_dpre", "wgrad_f16_w1", "wgrad_f16_w1_given", F))
+#: (library entry, the probe's entries: first pass, both maxima given, [A's given], A's columns)
+PAIRS = (("frdhead_wg_grad_w2", ("wgrad_f16_w2", "wgrad_f16_w2_given"), H * A),
+         ("frdhead_wg_grad_w1_dpre", ("wgrad_f16_w1", "wgrad_f16_w1_given",
+                                      "wgrad_f16_w1_given_a"), F))
+ENTRIES = [e for lib, mine, _ in PAIRS for e in (lib, *mine)]
 
 
 def source(point: dict) -> str:
@@ -43,7 +45,7 @@ def probe_shared(point: dict, ma: int) -> int:
 def nvcc_report() -> None:
     from entries import report  # beside this file
     for point in POINTS:
-        print(point, *report(source(point), [e for pair in PAIRS for e in pair[:3]]),
+        print(point, *report(source(point), ENTRIES),
               sep="\n  ")
 
 
@@ -66,7 +68,7 @@ def main(path: str) -> None:
         p = {**KNOBS, **point}
         shared = max(backward_shared_bytes(p, KNOBS),
                      *(probe_shared(point, ma) for *_, ma in PAIRS))
-        fns = functions(source(point), [e for pair in PAIRS for e in pair[:3]], shared)
+        fns = functions(source(point), ENTRIES, shared)
         got = {"point": point, "registers": {e: f.num_regs for e, f in fns.items()},
                "batches": {}}
         record["points"].append(got)
@@ -74,7 +76,7 @@ def main(path: str) -> None:
             operands = engine.weight_grad_operands(head, b)
             blocks, per_block = _wg_batch_split(b, p)
             got["batches"][b] = points = {}
-            for lib, mine, given, ma in PAIRS:
+            for lib, mine, ma in PAIRS:
                 a_dev, x_dev = operands[lib]
                 a64 = a_dev.get().reshape(b, ma).astype(np.float64)
                 x64 = x_dev.get().astype(np.float64)
@@ -85,7 +87,7 @@ def main(path: str) -> None:
                 colmax[:ma], colmax[F:] = np.abs(a32).max(axis=0), np.abs(x32).max(axis=0)
                 colmax_dev = ga.to_gpu(colmax)
                 outs = {e: ga.empty((blocks, ma * F + ma), np.float32)
-                        for e in (lib, mine, given)}
+                        for e in (lib, *mine)}
 
                 def run(e: str, a_dev=a_dev, x_dev=x_dev, outs=outs, cm=colmax_dev) -> None:
                     args = [a_dev.gpudata, x_dev.gpudata, outs[e].gpudata, np.int32(b),
