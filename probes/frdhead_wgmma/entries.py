@@ -13,7 +13,8 @@ from pycuda_heads.core.source import cu_dir
 
 
 def report(source: str, entries: Iterable[str]) -> list[str]:
-    """nvcc's return code, then per entry its registers and spills on sm_90a."""
+    """nvcc's return code, then per entry its registers and spills on sm_90a, then ptxas's
+    warnings (C7515 and its kin: a wgmma pipeline ptxas serialized)."""
     with tempfile.TemporaryDirectory() as tmp:
         cu = Path(tmp) / "v.cu"
         cu.write_text(source)
@@ -27,6 +28,7 @@ def report(source: str, entries: Iterable[str]) -> list[str]:
             current = line.split("'")[1]
         elif current in wanted and ("Used" in line or "spill" in line):
             out.append(f"{current}: {line.split(':', 1)[-1].strip()}")
+    out += [s for s in proc.stderr.splitlines() if "warning" in s or "(C75" in s]
     if proc.returncode:
         out += [s for s in proc.stderr.splitlines() if "error" in s][:5]
     return out

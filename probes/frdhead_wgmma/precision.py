@@ -20,7 +20,9 @@ Schemes (a * b a product, big / small the pieces, float32 sums over k ascending)
 
 The weight gradients (``--weight-gradients``, B = 65536): K is the batch, so fp16x2's
 row/column scales are A^T's rows and X's columns over the whole batch, one power of two a column
-of A and of X (wgrad_f16.cu's design); fp16x2_one is that kernel's arithmetic.
+of A and of X (wgrad_f16.cu's design); fp16x2_one is that kernel's arithmetic with the scales
+from a first pass, fp16x2_running its WS_RUNNING (scales from the steps so far, the accumulator
+rescaled, blocks' slices summed in order).
 
     python probes/frdhead_wgmma/precision.py reports/nvidia-h200/probes/frd_precision.json
     python probes/frdhead_wgmma/precision.py --weight-gradients \
@@ -97,6 +99,33 @@ def fp16x2(a: np.ndarray, b: np.ndarray, one: bool = False,
     return c / (sa * sb)
 
 
+def fp16x2_running(a: np.ndarray, b: np.ndarray, bk: int = 32, rows: int = 512) -> np.ndarray:
+    """wgrad_f16.cu's WS_RUNNING: K cut into blocks' slices of ``rows`` (their partials summed
+    in float32 in order), a slice into steps of ``bk``; a column's scale is pow2 of its running
+    maximum over the slice's steps so far, and when a scale shrinks the accumulator is rescaled
+    by the ratio (a power of two, exact) before the step's products (fp16x2_one's three)."""
+    m, n = a.shape[0], b.shape[1]
+    total = np.zeros((m, n), F32)
+    for k0 in range(0, a.shape[1], rows):
+        sa, sb = np.full((m, 1), 2.0 ** 127, F32), np.full((1, n), 2.0 ** 127, F32)
+        acc = np.zeros((m, n), F32)
+        for s0 in range(k0, min(k0 + rows, a.shape[1]), bk):
+            sa_step, sb_step = a[:, s0:s0 + bk], b[s0:s0 + bk]
+            ma, mb = np.abs(sa_step).max(1, keepdims=True), np.abs(sb_step).max(0, keepdims=True)
+            na = np.where(ma > 0, np.minimum(sa, pow2_scale(sa_step, 1)), sa)
+            nb = np.where(mb > 0, np.minimum(sb, pow2_scale(sb_step, 0)), sb)
+            acc *= (na / sa) * (nb / sb)
+            sa, sb = na, nb
+            x, y = sa_step * sa, sb_step * sb
+            x0, y0 = fp16(x), fp16(y)
+            x1, y1 = fp16(x - x0), fp16(y - y0)
+            for k in range(x.shape[1]):
+                for u, v in ((x1, y0), (x0, y1), (x0, y0)):
+                    acc += np.outer(u[:, k], v[k, :]).astype(F32)
+        total += acc / (sa * sb)
+    return total
+
+
 def bf16x2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a0, b0 = bf16(a), bf16(b)
     return accumulate([(bf16(a - a0), b0), (a0, bf16(b - b0)), (a0, b0)])
@@ -112,7 +141,8 @@ def bf16x3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 SCHEMES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "tf32x1": tf32x1, "tf32x3": tf32x3, "fp16x2": fp16x2,
     "fp16x2_one": lambda a, b: fp16x2(a, b, one=True),
-    "fp16x2_tensor": lambda a, b: fp16x2(a, b, whole=True), "bf16x2": bf16x2, "bf16x3": bf16x3}
+    "fp16x2_tensor": lambda a, b: fp16x2(a, b, whole=True), "fp16x2_running": fp16x2_running,
+    "bf16x2": bf16x2, "bf16x3": bf16x3}
 
 
 def cases(rng: np.random.Generator, m: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -151,7 +181,7 @@ def wgrad_cases(rng: np.random.Generator, b: int) -> dict[str, tuple[np.ndarray,
             f"dW1, h_t rows * 2^U(-12, 12) (K = B = {b})": (np.ascontiguousarray(dpre.T), wide)}
 
 
-WGRAD_SCHEMES = ("tf32x3", "fp16x2_one", "fp16x2_tensor")
+WGRAD_SCHEMES = ("tf32x3", "fp16x2_one", "fp16x2_tensor", "fp16x2_running")
 
 
 def main(path: str, weight_gradients: bool = False) -> None:

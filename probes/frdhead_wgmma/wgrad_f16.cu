@@ -35,10 +35,19 @@ __device__ __forceinline__ void wgmma_f16_tp(float (&d)[64], const unsigned (&a)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)accumulate));
 }
 
-// GIVEN_A, GIVEN_X: an operand's column maxima come from colmax ([128] of A's, then [128] of
-// X's) instead of the first pass (what a library version would take from the kernel that
-// writes the operand: the rows launch writes dpre and reads G and hidden; h_t has no producer)
-template <int MA, bool GIVEN_A, bool GIVEN_X>
+// Where the column scales come from (SCALES):
+//   WS_FIRST    a first pass over the block's slice, both operands
+//   WS_GIVEN    colmax ([128] of A's maxima, then [128] of X's), as a producer of both would
+//               leave them; WS_GIVEN_A: A's given, X's from the first pass (the rows launch
+//               writes dpre; h_t has no producer)
+//   WS_RUNNING  no pass: each step's tiles' maxima (a thread a column, from the raw tiles) grow
+//               a running scale a column; when one shrinks, the accumulator is rescaled by the
+//               ratios (powers of two, exact) between the previous step's MMA and this one's
+#define WS_FIRST 0
+#define WS_GIVEN 1
+#define WS_GIVEN_A 2
+#define WS_RUNNING 3
+template <int MA, int SCALES>
 __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const float* __restrict__ x,
                                           float* __restrict__ scratch, const int B,
                                           const int rows_per_block,
@@ -54,7 +63,8 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     __half* asmall = abig + AH;
     float* s_a = reinterpret_cast<float*>(asmall + AH);       // A's column scales [128]
     float* s_x = s_a + WB_N;                                  // X's [128]
-    float* red = s_x + WB_N;                                  // 8 warps x 256 maxima
+    float* ratio = s_x + WB_N;                                // WS_RUNNING: [A's 128, X's 128]
+    float* red = ratio + 2 * WB_N;                            // 8 warps x 256 maxima
     float* raw = red + 8 * 2 * WB_N;                          // STAGES steps' raw tiles
     const int tid = threadIdx.x, wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
@@ -72,8 +82,10 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     for (int i = 0; i < STAGES - 1; ++i) load(i);  // in flight during the first pass
     {   // each column's largest magnitude over the slice: given, or from a first pass over it
         // (a lane 4 columns, the warps' maxima reduced in a fixed order)
+        constexpr bool GIVEN_A = SCALES == WS_GIVEN || SCALES == WS_GIVEN_A;
+        constexpr bool GIVEN_X = SCALES == WS_GIVEN;
         float ma[4] = {0.f, 0.f, 0.f, 0.f}, mx[4] = {0.f, 0.f, 0.f, 0.f};
-        if (!(GIVEN_A && GIVEN_X)) {
+        if (SCALES == WS_FIRST || SCALES == WS_GIVEN_A) {
             // last row first: the slice's first steps are what L2 holds when the steps begin
 #pragma unroll 4
             for (int r = end - 1 - tid / 32; r >= begin; r -= 8)
@@ -93,16 +105,17 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
         float m = 0.f;
         if (tid < WB_N ? GIVEN_A : GIVEN_X) {
             m = colmax[tid];
-        } else {
+        } else if (SCALES != WS_RUNNING) {
 #pragma unroll
             for (int w = 0; w < 8; ++w) m = fmaxf(m, red[w * 2 * WB_N + tid]);
         }
-        (tid < WB_N ? s_a : s_x)[tid % WB_N] = pow2_scale(m);
+        // WS_RUNNING: 2^127, above any scale pow2_scale gives, until a column's first nonzero
+        (tid < WB_N ? s_a : s_x)[tid % WB_N] =
+            SCALES == WS_RUNNING ? __int_as_float(254 << 23) : pow2_scale(m);
         __syncthreads();
     }
     // the A split: a thread's column pair pm = tid % 64 over rows tid / 64 + 4i
     const int pm = 2 * (tid % 64);
-    const float sa0 = s_a[pm], sa1 = s_a[pm + 1];
     float bias[2] = {0.f, 0.f};
     // the X split: warp w stages row group w % (BK / 8), its share of the 16 column groups
     constexpr int WPG = 8 / (BK / 8), CPW = 16 / WPG;
@@ -120,6 +133,22 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
         wait_copies<STAGES - 2>();
         __syncthreads();  // step i's tiles are in; step i - 1 is done with its slot and A's
         load(i + STAGES - 1);
+        bool rescale = false;
+        if (SCALES == WS_RUNNING) {  // thread c: X's column c; 128 + c: A's column c
+            const int c = tid % WB_N;
+            const float* col = tid < WB_N ? rx + c : ra + c;
+            const int ld = tid < WB_N ? WB_LDT : LDA;
+            float m = 0.f;
+            if (tid < WB_N || c < MA)
+#pragma unroll 8
+                for (int r = 0; r < BK; ++r) m = fmaxf(m, fabsf(col[r * ld]));
+            float* sc = tid < WB_N ? s_x + c : s_a + c;
+            const float before = *sc, now = m > 0.f ? fminf(before, pow2_scale(m)) : before;
+            ratio[(tid < WB_N ? WB_N : 0) + c] = now / before;
+            *sc = now;  // every read of the old scale was in step i - 1's split
+            rescale = __syncthreads_or(now != before) && i > 0;
+        }
+        const float sa0 = s_a[pm], sa1 = s_a[pm + 1];
 #pragma unroll
         for (int r = tid / 64; r < BK; r += 4) {
             const float v0 = pm < MA ? ra[r * LDA + pm] : 0.f;
@@ -143,6 +172,17 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // X: wgmma's reads
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");  // step i - 1's
+        if (SCALES == WS_RUNNING && rescale)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float ra_h = ratio[m0 + g + 8 * h];
+#pragma unroll
+                for (int j = 0; j < WB_N / 8; ++j) {
+                    const int n = 8 * j + 2 * t;
+                    d[4 * j + 2 * h] *= ra_h * ratio[WB_N + n];
+                    d[4 * j + 2 * h + 1] *= ra_h * ratio[WB_N + n + 1];
+                }
+            }
         __syncthreads();
         unsigned fb[BK / 16][4], fs[BK / 16][4];
 #pragma unroll
@@ -188,14 +228,16 @@ __device__ __forceinline__ void wgrad_f16(const float* __restrict__ a, const flo
     }
 }
 
-#define WGRAD_F16_ENTRY(NAME, MA, GIVEN_A, GIVEN_X, A, X)                                   \
+#define WGRAD_F16_ENTRY(NAME, MA, SCALES, A, X)                                             \
     extern "C" __global__ void __launch_bounds__(WB_GRAD_THREADS, 1)                         \
     NAME(const float* __restrict__ A, const float* __restrict__ X, float* __restrict__ scratch, \
          const int B, const int rows_per_block, const float* __restrict__ colmax) {          \
-        wgrad_f16<MA, GIVEN_A, GIVEN_X>(A, X, scratch, B, rows_per_block, colmax);           \
+        wgrad_f16<MA, SCALES>(A, X, scratch, B, rows_per_block, colmax);                     \
     }
-WGRAD_F16_ENTRY(wgrad_f16_w2, HA, false, false, grad_logits, hidden)
-WGRAD_F16_ENTRY(wgrad_f16_w1, FRD_HIDDEN, false, false, dpre, h_t)
-WGRAD_F16_ENTRY(wgrad_f16_w2_given, HA, true, true, grad_logits, hidden)
-WGRAD_F16_ENTRY(wgrad_f16_w1_given, FRD_HIDDEN, true, true, dpre, h_t)
-WGRAD_F16_ENTRY(wgrad_f16_w1_given_a, FRD_HIDDEN, true, false, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w2, HA, WS_FIRST, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1, FRD_HIDDEN, WS_FIRST, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w2_given, HA, WS_GIVEN, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1_given, FRD_HIDDEN, WS_GIVEN, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w1_given_a, FRD_HIDDEN, WS_GIVEN_A, dpre, h_t)
+WGRAD_F16_ENTRY(wgrad_f16_w2_running, HA, WS_RUNNING, grad_logits, hidden)
+WGRAD_F16_ENTRY(wgrad_f16_w1_running, FRD_HIDDEN, WS_RUNNING, dpre, h_t)

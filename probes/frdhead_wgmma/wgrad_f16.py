@@ -24,10 +24,12 @@ BATCHES = (65536, 16384, 333)
 KNOBS = {"D_IN": D, "FRD_HIDDEN": F, "N_HORIZONS": H, "N_ATOMS": A, "BM": 32, "CHUNK": 256,
          "WGMMA": 2, "WG": 2, "CS": 4, "OCC": 1}
 POINTS = ({"BK": 32, "STAGES": 3}, {"BK": 32, "STAGES": 4}, {"BK": 16, "STAGES": 4})
-#: (library entry, the probe's entries: first pass, both maxima given, [A's given], A's columns)
-PAIRS = (("frdhead_wg_grad_w2", ("wgrad_f16_w2", "wgrad_f16_w2_given"), H * A),
-         ("frdhead_wg_grad_w1_dpre", ("wgrad_f16_w1", "wgrad_f16_w1_given",
-                                      "wgrad_f16_w1_given_a"), F))
+#: (library entry, the probe's entries: first pass, both maxima given, [A's given,] running
+#: scales; A's columns)
+PAIRS = (("frdhead_wg_grad_w2", ("wgrad_f16_w2", "wgrad_f16_w2_given", "wgrad_f16_w2_running"),
+          H * A),
+         ("frdhead_wg_grad_w1_dpre", ("wgrad_f16_w1", "wgrad_f16_w1_given", "wgrad_f16_w1_given_a",
+                                      "wgrad_f16_w1_running"), F))
 ENTRIES = [e for lib, mine, _ in PAIRS for e in (lib, *mine)]
 
 
@@ -39,7 +41,7 @@ def probe_shared(point: dict, ma: int) -> int:
     """wgrad_f16.cu's layout: two steps' X pieces, A's pieces, the scales, the maxima, the ring."""
     bk, lda = point["BK"], ma if ma % 4 else 136
     return (2 * (4 * bk * 128 + 2 * bk * 136)
-            + 4 * (2 * 128 + 8 * 256 + point["STAGES"] * bk * (lda + 136)))
+            + 4 * (4 * 128 + 8 * 256 + point["STAGES"] * bk * (lda + 136)))
 
 
 def nvcc_report() -> None:
