@@ -111,6 +111,21 @@ def test_an_entrys_ptx_leaves_out_the_other_entries_and_what_only_they_declare()
         entry_ptx(ptx, "c")
 
 
+def test_an_entrys_ptx_leaves_out_another_entry_whose_asm_scopes_close_at_column_0():
+    """Inline asm with a scope of its own (the wgmma wrappers' predicate) prints its closing
+    brace at column 0: the other entry goes whole, not up to that brace."""
+    asm = "\t{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.fence.sync.aligned;\n}\n"
+    ptx = (".version 9.0\n"
+           ".visible .entry a(\n.param .u64 p\n)\n.maxntid 256, 1, 1\n{\n" + asm
+           + "\tmov.u32 %r1, {A_TAIL};\n\tret;\n}\n"
+           ".visible .entry b(\n.param .u64 p\n)\n{\n\tld.v2.f32 {%f1, %f2}, [%rd1];\n}\n")
+    mine = entry_ptx(ptx.replace("{A_TAIL}", "1"), "b")
+    assert ".entry a(" not in mine and "wgmma" not in mine and "%r1" not in mine
+    assert mine == entry_ptx(ptx.replace("{A_TAIL}", "2"), "b")
+    assert entry_ptx(ptx.replace("{A_TAIL}", "1"), "a") != entry_ptx(ptx.replace("{A_TAIL}", "2"),
+                                                                    "a")
+
+
 def test_a_proof_counts_a_difference_only_after_compiling_both_sides_again(monkeypatch):
     from pycuda_heads.verify import identity
     todo = [{"kernel": "pool.forward", "template": {}, "params": {}, "origin": "default"}]

@@ -19,10 +19,8 @@ import re
 import struct
 
 #: part of the identity cache's key: changed whenever what an entry's digests cover changes
-VERSION = 1
+VERSION = 2
 _ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.M)
-# an entry's block: its header line to the closing brace at column 0
-_BLOCK = r"^\.visible \.entry {name}\((?:.|\n)*?^\}}\n?"
 # a module-level declaration of a variable: its name
 _DECL = re.compile(r"^(?:\.extern |\.visible |\.weak )*\.(?:shared|global|const)\b[^;]*?(\w+)(?:\[\d*\])?"
                    r"(?: = [^;]*)?;\n", re.M)
@@ -40,13 +38,27 @@ def ptx_entries(ptx: str) -> list[str]:
     return _ENTRY.findall(ptx)
 
 
+def _without_block(ptx: str, name: str) -> str:
+    """``ptx`` without entry ``name``'s block: its header line to the brace that closes its body.
+    Braces are counted, not found at column 0: an inline-asm scope (``{ .reg .pred p; ... }``)
+    closes at column 0 inside a body."""
+    head = re.search(rf"^\.visible \.entry {re.escape(name)}\(", ptx, re.M)
+    depth, at = 0, ptx.index("{", head.end())
+    for at in range(at, len(ptx)):
+        depth += (ptx[at] == "{") - (ptx[at] == "}")
+        if depth == 0:
+            break
+    end = at + 1 + (ptx[at + 1:at + 2] == "\n")
+    return ptx[:head.start()] + ptx[end:]
+
+
 def entry_ptx(ptx: str, entry: str) -> str:
     """``ptx`` without the blocks of its entries other than ``entry``."""
     if entry not in ptx_entries(ptx):
         raise ValueError(f"no .entry {entry} in the PTX")
     for other in ptx_entries(ptx):
         if other != entry:
-            ptx = re.sub(_BLOCK.format(name=re.escape(other)), "", ptx, count=1, flags=re.M)
+            ptx = _without_block(ptx, other)
     for m in reversed(list(_DECL.finditer(ptx))):
         if len(re.findall(rf"\b{re.escape(m.group(1))}\b", ptx)) == 1:
             ptx = ptx[:m.start()] + ptx[m.end():]
