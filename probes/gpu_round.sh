@@ -30,6 +30,7 @@
 #   wgmma     the FRD head's first layer on wgmma (probes/frdhead_wgmma/run.py)
 #   engine    FrdHead's roles on WGMMA=1 against the shipped launches (probes/frdhead_wgmma/engine.py)
 #   wgradf16  the FP16 weight-gradient prototype against the library's (probes/frdhead_wgmma/wgrad_f16.py)
+#   bwdparts  FrdHead.backward's launches timed alone at several points (probes/frdhead_wgmma/bwd_parts.py)
 #   profile   Nsight Compute over the launches of $PROFILE_PY (default probes/pool_profile.py:
 #             the pool's tuned launches at the shapes short of the bars), one CSV; more
 #             sections in $PROFILE_SECTIONS (e.g. "--section ComputeWorkloadAnalysis")
@@ -196,6 +197,8 @@ has wgmma && probe_step wgmma "${WGMMA_S:-120}" probes/frdhead_wgmma/run.py frd_
 has engine && probe_step engine "${ENGINE_S:-150}" probes/frdhead_wgmma/engine.py frd_engine.json
 has wgradf16 && probe_step wgradf16 "${WGRADF16_S:-150}" probes/frdhead_wgmma/wgrad_f16.py \
     frd_wgrad_f16.json
+has bwdparts && probe_step bwdparts "${BWDPARTS_S:-120}" probes/frdhead_wgmma/bwd_parts.py \
+    frd_bwd_parts.json
 if has profile; then
     mkdir -p "$out/profile"
     # shellcheck disable=SC2086  # PROFILE_SECTIONS: words on purpose (more --section options)
