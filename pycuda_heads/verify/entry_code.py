@@ -43,13 +43,12 @@ def _without_block(ptx: str, name: str) -> str:
     Braces are counted, not found at column 0: an inline-asm scope (``{ .reg .pred p; ... }``)
     closes at column 0 inside a body."""
     head = re.search(rf"^\.visible \.entry {re.escape(name)}\(", ptx, re.M)
-    depth, at = 0, ptx.index("{", head.end())
-    for at in range(at, len(ptx)):
-        depth += (ptx[at] == "{") - (ptx[at] == "}")
+    depth = 0
+    for close in range(ptx.index("{", head.end()), len(ptx)):
+        depth += (ptx[close] == "{") - (ptx[close] == "}")
         if depth == 0:
             break
-    end = at + 1 + (ptx[at + 1:at + 2] == "\n")
-    return ptx[:head.start()] + ptx[end:]
+    return ptx[:head.start()] + ptx[close + 1 + (ptx[close + 1:close + 2] == "\n"):]
 
 
 def entry_ptx(ptx: str, entry: str) -> str:
